@@ -1,0 +1,194 @@
+package pool
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// bufSize is the read and write buffer of a server connection. 32 KiB holds
+// many DataRows per syscall without making idle connections expensive.
+const bufSize = 32 << 10
+
+// Conn is one authenticated server connection, taken over from pgconn after
+// the startup handshake. Reads and writes go through R and W; the caller that
+// holds the Conn owns them.
+type Conn struct {
+	Addr string
+	// PID and SecretKey identify the server process, for CancelRequest.
+	PID       uint32
+	SecretKey []byte
+	// Params are the server's current ParameterStatus values. The holder
+	// updates them as it relays ParameterStatus messages.
+	Params map[string]string
+
+	R *bufio.Reader
+	W *bufio.Writer
+
+	raw      net.Conn
+	pool     *Pool
+	idleFrom time.Time
+	broken   bool
+}
+
+// Dialer opens server connections.
+type Dialer struct {
+	// TLSMode is backend_tls_mode: disable, prefer or require.
+	TLSMode string
+	// ConnectTimeout bounds the TCP connect plus the startup handshake.
+	ConnectTimeout time.Duration
+}
+
+// Credentials are what the proxy presents to the server.
+type Credentials struct {
+	User, Password, Database string
+	// Params are extra startup parameters (e.g. "replication"). Normal pooled
+	// connections carry none: client settings are applied after acquire so
+	// that DISCARD ALL returns a connection to a neutral state.
+	Params map[string]string
+}
+
+// ServerError is an error reported by the PostgreSQL server during connect
+// (wrong backend password, missing database, too many connections...). The
+// proxy forwards it to the client as is.
+type ServerError = pgconn.PgError
+
+// Dial connects to addr and completes the PostgreSQL startup handshake.
+func (d Dialer) Dial(ctx context.Context, addr string, cred Credentials) (*Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("server address %q: %w", addr, err)
+	}
+	sslmode := d.TLSMode
+	if sslmode == "" {
+		sslmode = "disable"
+	}
+	cfg, err := pgconn.ParseConfigWithOptions("sslmode="+sslmode, pgconn.ParseConfigOptions{})
+	if err != nil {
+		return nil, err
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("server address %q: bad port", addr)
+	}
+	// Environment variables (PGAPPNAME, PGOPTIONS, ...) must not leak into
+	// server sessions: the client's own startup parameters are applied later.
+	cfg.RuntimeParams = map[string]string{}
+	for k, v := range cred.Params {
+		cfg.RuntimeParams[k] = v
+	}
+	setTarget := func(c *pgconn.Config) {
+		c.Host, c.Port = host, uint16(p)
+		c.User, c.Password, c.Database = cred.User, cred.Password, cred.Database
+		if c.TLSConfig != nil {
+			// backend_tls_mode encrypts; it does not verify the server
+			// certificate (like sslmode=require in libpq).
+			c.TLSConfig = &tls.Config{InsecureSkipVerify: true, ServerName: host}
+		}
+	}
+	setTarget(cfg)
+	for _, fb := range cfg.Fallbacks {
+		fb.Host, fb.Port = host, uint16(p)
+		if fb.TLSConfig != nil {
+			fb.TLSConfig = &tls.Config{InsecureSkipVerify: true, ServerName: host}
+		}
+	}
+	if d.ConnectTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.ConnectTimeout)
+		defer cancel()
+	}
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, unwrapServerError(err)
+	}
+	if err := pc.SyncConn(ctx); err != nil {
+		pc.Close(context.Background())
+		return nil, err
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		pc.Close(context.Background())
+		return nil, err
+	}
+	params := make(map[string]string, len(hc.ParameterStatuses))
+	for k, v := range hc.ParameterStatuses {
+		params[k] = v
+	}
+	return &Conn{
+		Addr:      addr,
+		PID:       hc.PID,
+		SecretKey: hc.SecretKey,
+		Params:    params,
+		R:         bufio.NewReaderSize(hc.Conn, bufSize),
+		W:         bufio.NewWriterSize(hc.Conn, bufSize),
+		raw:       hc.Conn,
+	}, nil
+}
+
+// unwrapServerError returns the server's own *pgconn.PgError when connect
+// failed because the server said no, so the proxy can forward it verbatim.
+func unwrapServerError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr
+	}
+	return err
+}
+
+// SetDeadline sets the read and write deadline of the underlying socket.
+func (c *Conn) SetDeadline(t time.Time) error { return c.raw.SetDeadline(t) }
+
+// SetReadDeadline sets the read deadline of the underlying socket.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.raw.SetReadDeadline(t) }
+
+// MarkBroken records that the connection must not be reused.
+func (c *Conn) MarkBroken() { c.broken = true }
+
+// Close closes the socket. Prefer Pool.Release/Discard for pooled conns.
+func (c *Conn) Close() error { return c.raw.Close() }
+
+// alive reports whether an idle connection's socket is still open and has no
+// unsolicited data waiting (a server that is shutting down sends a FATAL
+// ErrorResponse before closing). It does not block.
+func (c *Conn) alive() bool {
+	if c.R.Buffered() > 0 {
+		return false
+	}
+	nc := c.raw
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	alive := true
+	var buf [1]byte
+	err = rc.Read(func(fd uintptr) bool {
+		n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case n == 0 && rerr == nil: // orderly shutdown by the server
+			alive = false
+		case n > 0: // unexpected data: a FATAL error before close
+			alive = false
+		case rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK:
+		default:
+			alive = false
+		}
+		return true
+	})
+	return err == nil && alive
+}

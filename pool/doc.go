@@ -1,0 +1,19 @@
+// Package pool owns kineticd's server connections: it dials PostgreSQL
+// servers with pgconn (TLS, SCRAM and md5 handled there), takes the raw
+// connection over, and keeps idle ones per (server address, user, database).
+//
+// Contract:
+//   - A Pool hands out at most Size connections at once. Acquire blocks until
+//     one is free, the context ends, or the pool's acquire timeout passes
+//     (ErrPoolTimeout, which the proxy reports as SQLSTATE 53300).
+//   - A *Conn belongs to exactly one caller between Acquire and Release or
+//     Discard. Release resets the connection (DISCARD ALL) before it is
+//     handed out again; a connection that fails the reset or was seen broken
+//     is closed and its slot freed.
+//   - Idle connections are checked for a closed socket (a non-blocking peek)
+//     before reuse, so a server restart or pg_terminate_backend on an idle
+//     connection never reaches a client.
+//   - All methods are safe for concurrent use. Close closes idle connections
+//     and makes later Acquire calls fail; connections out on loan are closed
+//     when returned.
+package pool

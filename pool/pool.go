@@ -1,0 +1,221 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrPoolTimeout is returned by Acquire when no connection became free within
+// the pool's acquire timeout.
+var ErrPoolTimeout = errors.New("timed out waiting for a free server connection")
+
+// ErrClosed is returned by Acquire after Close.
+var ErrClosed = errors.New("pool is closed")
+
+// Key identifies a pool: one per server, server-side user and database.
+type Key struct {
+	Addr, User, Database string
+}
+
+// Options configure a Pool.
+type Options struct {
+	Size           int           // required, > 0
+	AcquireTimeout time.Duration // 0 = wait for the context only
+	Credentials    Credentials
+	Dialer         Dialer
+	// ResetQuery runs on Release before a connection is reused.
+	// Default "DISCARD ALL".
+	ResetQuery string
+}
+
+// Stats is a point-in-time view of a pool.
+type Stats struct {
+	Active, Idle, Waiting int
+}
+
+// Pool holds the connections of one Key.
+type Pool struct {
+	key  Key
+	opts Options
+
+	slots chan struct{} // one token per connection that may exist
+
+	mu      sync.Mutex
+	idle    []*Conn // LIFO: the most recently used connection is warmest
+	active  int
+	waiting int
+	closed  bool
+}
+
+// New makes an empty pool; connections are dialled on demand.
+func New(key Key, opts Options) *Pool {
+	if opts.ResetQuery == "" {
+		opts.ResetQuery = "DISCARD ALL"
+	}
+	if opts.Size < 1 {
+		opts.Size = 1
+	}
+	return &Pool{key: key, opts: opts, slots: make(chan struct{}, opts.Size)}
+}
+
+// Key returns the pool's key.
+func (p *Pool) Key() Key { return p.key }
+
+// Acquire returns an idle connection or dials a new one, waiting for a free
+// slot when Size connections exist.
+func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
+	if p.opts.AcquireTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, p.opts.AcquireTimeout, ErrPoolTimeout)
+		defer cancel()
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	p.waiting++
+	p.mu.Unlock()
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		p.mu.Lock()
+		p.waiting--
+		p.mu.Unlock()
+		if errors.Is(context.Cause(ctx), ErrPoolTimeout) {
+			return nil, ErrPoolTimeout
+		}
+		return nil, ctx.Err()
+	}
+	p.mu.Lock()
+	p.waiting--
+	for len(p.idle) > 0 {
+		c := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		if !c.alive() {
+			c.raw.Close()
+			continue
+		}
+		p.active++
+		p.mu.Unlock()
+		return c, nil
+	}
+	if p.closed {
+		p.mu.Unlock()
+		<-p.slots
+		return nil, ErrClosed
+	}
+	p.active++
+	p.mu.Unlock()
+
+	c, err := p.opts.Dialer.Dial(ctx, p.key.Addr, p.opts.Credentials)
+	if err != nil {
+		p.mu.Lock()
+		p.active--
+		p.mu.Unlock()
+		<-p.slots
+		return nil, err
+	}
+	c.pool = p
+	return c, nil
+}
+
+// Release resets c and makes it available again; a broken connection, or
+// one whose reset fails, is closed instead.
+func (p *Pool) Release(c *Conn) {
+	if !c.broken {
+		if err := c.Exec(p.opts.ResetQuery, nil); err != nil {
+			c.broken = true
+		}
+	}
+	p.put(c)
+}
+
+// Discard closes c and frees its slot.
+func (p *Pool) Discard(c *Conn) {
+	c.broken = true
+	p.put(c)
+}
+
+func (p *Pool) put(c *Conn) {
+	p.mu.Lock()
+	p.active--
+	if c.broken || p.closed {
+		p.mu.Unlock()
+		c.raw.Close()
+	} else {
+		c.idleFrom = time.Now()
+		p.idle = append(p.idle, c)
+		p.mu.Unlock()
+	}
+	<-p.slots
+}
+
+// Stats returns counts of connections on loan, idle, and waiting callers.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Stats{Active: p.active, Idle: len(p.idle), Waiting: p.waiting}
+}
+
+// Close closes idle connections; connections on loan close when returned.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.raw.Close()
+	}
+}
+
+// Manager finds or creates the pool of a Key. Safe for concurrent use.
+type Manager struct {
+	mu     sync.Mutex
+	pools  map[Key]*Pool
+	closed bool
+}
+
+// NewManager returns an empty Manager.
+func NewManager() *Manager { return &Manager{pools: map[Key]*Pool{}} }
+
+// Get returns the pool of key, creating it with opts if it does not exist.
+// opts of an existing pool are not changed (a reload resizes nothing until
+// the pool is recreated; documented limitation).
+func (m *Manager) Get(key Key, opts Options) (*Pool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	p, ok := m.pools[key]
+	if !ok {
+		p = New(key, opts)
+		m.pools[key] = p
+	}
+	return p, nil
+}
+
+// Each calls f for every pool.
+func (m *Manager) Each(f func(*Pool)) {
+	m.mu.Lock()
+	ps := make([]*Pool, 0, len(m.pools))
+	for _, p := range m.pools {
+		ps = append(ps, p)
+	}
+	m.mu.Unlock()
+	for _, p := range ps {
+		f(p)
+	}
+}
+
+// Close closes every pool.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.Each((*Pool).Close)
+}

@@ -1,0 +1,220 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+
+	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/internal/wire"
+)
+
+// Startup-phase request codes (the protocol "version" field).
+const (
+	codeCancelRequest = 80877102
+	codeSSLRequest    = 80877103
+	codeGSSENCRequest = 80877104
+)
+
+// clientBufSize is the read and write buffer of a client connection.
+const clientBufSize = 16 << 10
+
+// handle runs one client connection from accept to close.
+func (s *Server) handle(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		tc.SetKeepAlive(true)
+	}
+	ss := &session{
+		srv:  s,
+		id:   s.nextID.Add(1),
+		conn: nc,
+		r:    bufio.NewReaderSize(nc, clientBufSize),
+		w:    bufio.NewWriterSize(nc, clientBufSize),
+		cfg:  s.opts.Config.Load(),
+		tx:   'I',
+	}
+	ss.log = s.log.With(zap.Uint64("session", ss.id), zap.String("client", nc.RemoteAddr().String()))
+	s.track(ss)
+	defer s.untrack(ss)
+	defer nc.Close()
+
+	nc.SetDeadline(time.Now().Add(s.opts.loginTimeout))
+	isCancel, err := ss.admit()
+	if isCancel || err == nil && ss.isKilled() {
+		return
+	}
+	if err == nil {
+		err = ss.authenticate()
+	}
+	if err == nil {
+		err = ss.connect()
+	}
+	if err != nil {
+		ss.reject(err)
+		return
+	}
+	nc.SetDeadline(time.Time{})
+	ss.serve()
+}
+
+// admit reads startup-phase packets until a StartupMessage: it answers
+// SSLRequest per tls_mode (upgrading the connection), declines
+// GSSENCRequest, and relays a CancelRequest (reporting isCancel).
+func (ss *session) admit() (isCancel bool, err error) {
+	var buf []byte
+	for {
+		body, err := wire.ReadStartup(ss.r, buf)
+		if err != nil {
+			if errors.Is(err, wire.ErrBadLength) {
+				return false, protocolViolation("invalid length of startup packet")
+			}
+			return false, errClientGone{err}
+		}
+		buf = body
+		code := binary.BigEndian.Uint32(body[:4])
+		switch code {
+		case codeSSLRequest:
+			if err := ss.answerSSL(); err != nil {
+				return false, err
+			}
+		case codeGSSENCRequest:
+			if ss.r.Buffered() > 0 {
+				return false, protocolViolation("received unencrypted data after GSSAPI encryption request")
+			}
+			if _, err := ss.conn.Write([]byte{'N'}); err != nil {
+				return false, errClientGone{err}
+			}
+		case codeCancelRequest:
+			var cr pgproto3.CancelRequest
+			if err := cr.Decode(body); err != nil {
+				return true, nil // PostgreSQL drops malformed cancels silently
+			}
+			ss.srv.cancel(cancelKey{pid: cr.ProcessID, secret: binary.BigEndian.Uint32(padSecret(cr.SecretKey))})
+			return true, nil
+		default:
+			return false, ss.startup(body)
+		}
+	}
+}
+
+func padSecret(b []byte) []byte {
+	if len(b) >= 4 {
+		return b
+	}
+	return append(make([]byte, 4-len(b)), b...)
+}
+
+// answerSSL replies to an SSLRequest and, when TLS is on, runs the handshake.
+func (ss *session) answerSSL() error {
+	if ss.tls {
+		return protocolViolation("SSLRequest received on an encrypted connection")
+	}
+	// Bytes pipelined after SSLRequest would be read as plaintext by us but
+	// were meant to be encrypted: refuse (CVE-2021-23214's class of bug).
+	if ss.r.Buffered() > 0 {
+		return protocolViolation("received unencrypted data after SSL request")
+	}
+	tcfg := ss.srv.tls.Load()
+	if tcfg == nil || ss.cfg.Server.TLSMode == config.TLSDisable {
+		if _, err := ss.conn.Write([]byte{'N'}); err != nil {
+			return errClientGone{err}
+		}
+		return nil
+	}
+	if _, err := ss.conn.Write([]byte{'S'}); err != nil {
+		return errClientGone{err}
+	}
+	tc := tls.Server(ss.conn, tcfg)
+	if err := tc.Handshake(); err != nil {
+		ss.log.Debug("client TLS handshake failed", zap.Error(err))
+		return errClientGone{err}
+	}
+	ss.conn = tc
+	ss.tls = true
+	ss.r.Reset(tc)
+	ss.w.Reset(tc)
+	return nil
+}
+
+// startup decodes the StartupMessage and checks what can be checked before
+// authentication.
+func (ss *session) startup(body []byte) error {
+	var sm pgproto3.StartupMessage
+	if err := sm.Decode(body); err != nil {
+		major := binary.BigEndian.Uint32(body[:4]) >> 16
+		if major != 3 {
+			return protocolViolation("unsupported frontend protocol %d.%d: server supports 3.0 to 3.0",
+				major, binary.BigEndian.Uint32(body[:4])&0xffff)
+		}
+		return protocolViolation("invalid startup packet layout: %v", err)
+	}
+	ss.startupParams = sm.Parameters
+	ss.user = sm.Parameters["user"]
+	if ss.user == "" {
+		return fatalf(codeInvalidAuthorization, "no PostgreSQL user name specified in startup packet")
+	}
+	ss.database = sm.Parameters["database"]
+	if ss.database == "" {
+		ss.database = ss.user
+	}
+	var unsupported []string
+	for k := range sm.Parameters {
+		if strings.HasPrefix(k, "_pq_.") {
+			unsupported = append(unsupported, k)
+		}
+	}
+	if sm.ProtocolVersion != pgproto3.ProtocolVersion30 || len(unsupported) > 0 {
+		// We speak 3.0 only; tell a newer client so it can downgrade.
+		ss.send(&pgproto3.NegotiateProtocolVersion{NewestMinorProtocol: 0, UnrecognizedOptions: unsupported})
+	}
+	if n := ss.srv.clients.Add(1); n > int64(ss.cfg.Server.MaxClientConn) && ss.cfg.Server.MaxClientConn > 0 {
+		ss.counted = true
+		return fatalf(codeTooManyConnections, "sorry, too many clients already")
+	}
+	ss.counted = true
+	if ss.cfg.Server.TLSMode == config.TLSRequire && !ss.tls {
+		return fatalf(codeInvalidAuthorization,
+			"pg-kinetic: SSL connection is required for user %q, database %q (tls_mode = require)", ss.user, ss.database)
+	}
+	var err error
+	if ss.settings, err = startupSettings(sm.Parameters); err != nil {
+		return err
+	}
+	return nil
+}
+
+// errClientGone wraps an I/O error on the client connection: there is
+// nobody to send an ErrorResponse to.
+type errClientGone struct{ err error }
+
+func (e errClientGone) Error() string { return "client connection: " + e.err.Error() }
+func (e errClientGone) Unwrap() error { return e.err }
+
+// reject reports err to the client (unless it is gone) and logs it.
+func (ss *session) reject(err error) {
+	var gone errClientGone
+	if errors.As(err, &gone) {
+		if !errors.Is(err, io.EOF) {
+			ss.log.Debug("client left during startup", zap.Error(err))
+		}
+		return
+	}
+	ss.log.Info("connection refused", zap.String("user", ss.user), zap.String("database", ss.database), zap.Error(err))
+	er := errorResponse(err)
+	if er.Severity != "FATAL" {
+		er.Severity, er.SeverityUnlocalized = "FATAL", "FATAL"
+	}
+	ss.send(er)
+}
+
+func (ss *session) String() string { return fmt.Sprintf("session %d", ss.id) }

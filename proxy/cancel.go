@@ -1,0 +1,76 @@
+package proxy
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+)
+
+// cancelKey is the BackendKeyData a client was given. In session pooling the
+// process ID is the real PID of the primary server process the session is
+// bound to (so pg_backend_pid() and pg_terminate_backend() mean what users
+// expect); the secret is always the proxy's own, never the server's.
+type cancelKey struct{ pid, secret uint32 }
+
+// registerCancelKey issues the session's key for pid.
+func (s *Server) registerCancelKey(ss *session, pid uint32) cancelKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		var b [4]byte
+		rand.Read(b[:])
+		k := cancelKey{pid: pid, secret: binary.BigEndian.Uint32(b[:])}
+		if _, taken := s.cancels[k]; !taken && k.secret != 0 {
+			s.cancels[k] = ss
+			return k
+		}
+	}
+}
+
+// cancel relays a client's CancelRequest to the server currently serving the
+// session with that key. Unknown keys are ignored, as PostgreSQL does.
+func (s *Server) cancel(k cancelKey) {
+	s.mu.Lock()
+	ss := s.cancels[k]
+	s.mu.Unlock()
+	if ss == nil {
+		s.log.Debug("cancel request for unknown key", zap.Uint32("pid", k.pid))
+		return
+	}
+	ss.mu.Lock()
+	srv := ss.server
+	ss.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	if err := sendCancel(srv.Addr, srv.PID, srv.SecretKey, s.opts.connectTimeout); err != nil {
+		ss.log.Warn("relaying cancel request failed", zap.String("server", srv.Addr), zap.Error(err))
+	}
+}
+
+// sendCancel opens a plain connection to addr and sends a CancelRequest.
+// PostgreSQL accepts cancel requests without TLS and without pg_hba checks.
+func sendCancel(addr string, pid uint32, secret []byte, timeout time.Duration) error {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(timeout))
+	buf, err := (&pgproto3.CancelRequest{ProcessID: pid, SecretKey: secret}).Encode(nil)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Write(buf); err != nil {
+		return err
+	}
+	// The server closes the connection when done; wait for that so the
+	// cancel has been delivered before we report success.
+	var one [1]byte
+	c.Read(one[:])
+	return nil
+}

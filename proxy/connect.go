@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+
+	"github.com/pg-kinetic/pg-kinetic/pool"
+)
+
+// connect selects the route by database name, binds the session to a
+// server connection, applies the client's settings there and completes the
+// client's startup (AuthenticationOk, ParameterStatus, BackendKeyData,
+// ReadyForQuery).
+func (ss *session) connect() error {
+	route, ok := ss.cfg.RouteByDatabase(ss.database)
+	if !ok {
+		return fatalf(codeInvalidCatalogName, "database %q does not exist", ss.database)
+	}
+	ss.route = route
+	d := decideSessionServer(route)
+	srv, p, err := ss.acquire(d.address)
+	if err != nil {
+		return err
+	}
+	if q := settingsQuery(ss.settings); q != "" {
+		if err := srv.Exec(q, nil); err != nil {
+			ss.releaseServer(srv, p, true)
+			return err
+		}
+	}
+	ss.mu.Lock()
+	ss.server, ss.srvPool = srv, p
+	ss.mu.Unlock()
+	ss.key = ss.srv.registerCancelKey(ss, srv.PID)
+
+	msgs := make([]interface{ Encode([]byte) ([]byte, error) }, 0, 24)
+	if ss.authFinal != nil {
+		msgs = append(msgs, ss.authFinal)
+	}
+	msgs = append(msgs, &pgproto3.AuthenticationOk{})
+	names := make([]string, 0, len(srv.Params))
+	for k := range srv.Params {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		msgs = append(msgs, &pgproto3.ParameterStatus{Name: k, Value: srv.Params[k]})
+	}
+	var secret [4]byte
+	secret[0], secret[1], secret[2], secret[3] = byte(ss.key.secret>>24), byte(ss.key.secret>>16), byte(ss.key.secret>>8), byte(ss.key.secret)
+	msgs = append(msgs, &pgproto3.BackendKeyData{ProcessID: ss.key.pid, SecretKey: secret[:]},
+		&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	for _, m := range msgs {
+		if err := ss.send(m); err != nil {
+			return errClientGone{err}
+		}
+	}
+	ss.log.Debug("session started", zap.String("user", ss.user), zap.String("database", ss.database),
+		zap.String("route", route.Name), zap.String("server", srv.Addr), zap.Uint32("server_pid", srv.PID))
+	return nil
+}
+
+// acquire gets a server connection to addr for this session's user and
+// route. A client asking for a replication connection gets a dedicated,
+// unpooled connection carrying the replication parameter.
+func (ss *session) acquire(addr string) (*pool.Conn, *pool.Pool, error) {
+	buser, bpass := ss.userCfg.Backend()
+	cred := pool.Credentials{User: buser, Password: bpass, Database: ss.route.BackendDB()}
+	dialer := pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: ss.srv.opts.connectTimeout}
+	ctx := context.Background()
+	if repl, ok := ss.startupParams["replication"]; ok {
+		cred.Params = map[string]string{"replication": repl}
+		c, err := dialer.Dial(ctx, addr, cred)
+		if err != nil {
+			return nil, nil, ss.connectError(addr, err)
+		}
+		return c, nil, nil
+	}
+	p, err := ss.srv.pools.Get(pool.Key{Addr: addr, User: buser, Database: cred.Database}, pool.Options{
+		Size:           ss.route.Pool.Size,
+		AcquireTimeout: ss.route.Pool.AcquireTimeout(),
+		Credentials:    cred,
+		Dialer:         dialer,
+	})
+	if err != nil {
+		return nil, nil, ss.connectError(addr, err)
+	}
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		return nil, nil, ss.connectError(addr, err)
+	}
+	return c, p, nil
+}
+
+func (ss *session) connectError(addr string, err error) error {
+	switch {
+	case errors.Is(err, pool.ErrPoolTimeout):
+		return &clientError{severity: "FATAL", code: codeTooManyConnections,
+			message: "pg-kinetic: no server connection became free in time",
+			detail:  fmt.Sprintf("all %d connections", ss.route.Pool.Size) + " of the pool for " + addr + " stayed busy for acquire_timeout_ms"}
+	case errors.Is(err, pool.ErrClosed):
+		return fatalf(codeAdminShutdown, "terminating connection due to administrator command")
+	}
+	var pe *pool.ServerError
+	if errors.As(err, &pe) {
+		ss.log.Warn("server refused the proxy's connection", zap.String("server", addr), zap.Error(err))
+		return err
+	}
+	ss.log.Warn("cannot reach server", zap.String("server", addr), zap.Error(err))
+	return &clientError{severity: "FATAL", code: codeConnectionFailure,
+		message: "pg-kinetic: could not connect to the server of route " + quoteIdent(ss.route.Name),
+		detail:  "server " + addr + ": " + err.Error()}
+}
+
+// releaseServer returns a server connection: reset and pooled when clean,
+// closed otherwise (and always for dedicated replication connections).
+func (ss *session) releaseServer(c *pool.Conn, p *pool.Pool, clean bool) {
+	switch {
+	case p == nil:
+		c.Close()
+	case clean:
+		p.Release(c)
+	default:
+		p.Discard(c)
+	}
+}
+
+func quoteIdent(s string) string { return `"` + s + `"` }

@@ -1,0 +1,58 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// SQLSTATEs the proxy itself reports.
+const (
+	codeProtocolViolation    = "08P01"
+	codeConnectionFailure    = "08006"
+	codeInvalidAuthorization = "28000"
+	codeInvalidPassword      = "28P01"
+	codeInvalidCatalogName   = "3D000"
+	codeTooManyConnections   = "53300"
+	codeAdminShutdown        = "57P01"
+	codeFeatureNotSupported  = "0A000"
+)
+
+// clientError is an error that is reported to the client as an
+// ErrorResponse. Severity FATAL ends the session.
+type clientError struct {
+	severity, code, message, detail string
+}
+
+func (e *clientError) Error() string { return e.code + ": " + e.message }
+
+func fatalf(code, format string, args ...any) *clientError {
+	return &clientError{severity: "FATAL", code: code, message: fmt.Sprintf(format, args...)}
+}
+
+func protocolViolation(format string, args ...any) *clientError {
+	return fatalf(codeProtocolViolation, format, args...)
+}
+
+// errorResponse turns err into the message the client sees. A server's own
+// error passes through unchanged; internal causes become a generic 08006
+// whose detail names the cause without internals.
+func errorResponse(err error) *pgproto3.ErrorResponse {
+	var ce *clientError
+	if errors.As(err, &ce) {
+		return &pgproto3.ErrorResponse{Severity: ce.severity, SeverityUnlocalized: ce.severity, Code: ce.code, Message: ce.message, Detail: ce.detail}
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return &pgproto3.ErrorResponse{
+			Severity: pe.Severity, SeverityUnlocalized: pe.SeverityUnlocalized, Code: pe.Code, Message: pe.Message,
+			Detail: pe.Detail, Hint: pe.Hint, Position: pe.Position, Where: pe.Where, SchemaName: pe.SchemaName,
+			TableName: pe.TableName, ColumnName: pe.ColumnName, DataTypeName: pe.DataTypeName,
+			ConstraintName: pe.ConstraintName, File: pe.File, Line: pe.Line, Routine: pe.Routine,
+		}
+	}
+	return &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: codeConnectionFailure,
+		Message: "pg-kinetic: could not reach the server", Detail: err.Error()}
+}

@@ -1,0 +1,237 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/pool"
+)
+
+// ConfigSource yields the configuration in force. A session reads it once
+// when it starts and keeps that snapshot; a reload affects new sessions.
+type ConfigSource interface {
+	Load() *config.Config
+}
+
+// Options build a Server.
+type Options struct {
+	Config  ConfigSource // required
+	Logger  *zap.Logger  // nil = no logging
+	Version string
+
+	// loginTimeout bounds admission and authentication of one client
+	// (default 60 s, like PostgreSQL's authentication_timeout).
+	loginTimeout time.Duration
+	// connectTimeout bounds dialling a server (default 10 s).
+	connectTimeout time.Duration
+}
+
+// Server accepts client connections and relays them to PostgreSQL servers.
+type Server struct {
+	opts  Options
+	log   *zap.Logger
+	pools *pool.Manager
+	tls   atomic.Pointer[tls.Config]
+
+	credentials sync.Map // plaintext secret -> derived scram.StoredCredentials
+	mockNonce   [32]byte // salts mock SCRAM credentials of unknown users
+
+	clients atomic.Int64 // sessions counted against max_client_conn
+	nextID  atomic.Uint64
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	sessions  map[*session]struct{}
+	cancels   map[cancelKey]*session
+	draining  bool
+	wg        sync.WaitGroup // every goroutine the server starts
+}
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("proxy: server closed")
+
+// New builds a Server. It loads TLS material when the config asks for it.
+func New(opts Options) (*Server, error) {
+	if opts.Config == nil {
+		return nil, errors.New("proxy: Options.Config is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.loginTimeout == 0 {
+		opts.loginTimeout = 60 * time.Second
+	}
+	if opts.connectTimeout == 0 {
+		opts.connectTimeout = 10 * time.Second
+	}
+	s := &Server{
+		opts:      opts,
+		log:       opts.Logger,
+		pools:     pool.NewManager(),
+		listeners: map[net.Listener]struct{}{},
+		sessions:  map[*session]struct{}{},
+		cancels:   map[cancelKey]*session{},
+	}
+	rand.Read(s.mockNonce[:])
+	if err := s.Reload(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Reload re-reads what the server derives from the configuration (TLS
+// certificates). Call it after the ConfigSource swapped in a new config.
+func (s *Server) Reload() error {
+	cfg := s.opts.Config.Load()
+	if cfg.Server.TLSMode == config.TLSDisable || cfg.Server.TLSMode == "" {
+		s.tls.Store(nil)
+		return nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.Server.TLSCertFile, cfg.Server.TLSKeyFile)
+	if err != nil {
+		return fmt.Errorf("loading tls_cert_file/tls_key_file: %w", err)
+	}
+	s.tls.Store(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	return nil
+}
+
+// Serve accepts connections on ln until Shutdown or Close. It closes ln.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			draining := s.draining
+			s.mu.Unlock()
+			if draining {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+				backoff = min(max(backoff*2, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.handle(c)
+		}()
+	}
+}
+
+// Shutdown stops accepting, lets sessions finish their transaction or
+// in-flight query, and closes each one when it is idle. When ctx ends, the
+// remaining sessions are closed. Pools are closed last.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	sessions := make([]*session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		sessions = append(sessions, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range sessions {
+		ss.drain()
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.closeSessions()
+		<-done
+	}
+	s.pools.Close()
+	return err
+}
+
+// Close closes listeners and every session at once.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.draining = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	s.mu.Unlock()
+	s.closeSessions()
+	s.wg.Wait()
+	s.pools.Close()
+	return nil
+}
+
+func (s *Server) closeSessions() {
+	s.mu.Lock()
+	sessions := make([]*session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		sessions = append(sessions, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range sessions {
+		ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
+	}
+}
+
+// isDraining reports whether Shutdown has begun.
+func (s *Server) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+// track registers a session so Shutdown can reach it.
+func (s *Server) track(ss *session) {
+	s.mu.Lock()
+	s.sessions[ss] = struct{}{}
+	draining := s.draining
+	s.mu.Unlock()
+	if draining {
+		ss.drain()
+	}
+}
+
+func (s *Server) untrack(ss *session) {
+	s.mu.Lock()
+	delete(s.sessions, ss)
+	if ss.key != (cancelKey{}) && s.cancels[ss.key] == ss {
+		delete(s.cancels, ss.key)
+	}
+	s.mu.Unlock()
+}
+
+// ClientCount is the number of client connections currently open.
+func (s *Server) ClientCount() int64 { return s.clients.Load() }

@@ -1,0 +1,113 @@
+package proxy
+
+import (
+	"bufio"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+
+	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/internal/wire"
+	"github.com/pg-kinetic/pg-kinetic/pool"
+)
+
+// session is one client connection. Fields above mu are owned by the
+// session goroutine; fields below mu are shared with the server reader,
+// Shutdown and CancelRequest handling.
+type session struct {
+	srv  *Server
+	id   uint64
+	log  *zap.Logger
+	conn net.Conn // the client, possibly *tls.Conn
+	r    *bufio.Reader
+	tls  bool
+	cfg  *config.Config // snapshot taken at accept
+
+	user, database string
+	startupParams  map[string]string
+	settings       []setting // client settings applied on every server used
+	counted        bool      // counted in Server.clients
+	userCfg        *config.User
+	route          *config.Route
+	key            cancelKey
+	authFinal      *pgproto3.AuthenticationSASLFinal
+
+	wmu sync.Mutex // serialises writes to the client
+	w   *bufio.Writer
+	enc []byte // scratch for encoding messages, under wmu
+
+	mu       sync.Mutex
+	server   *pool.Conn // attached server connection, nil before connect
+	srvPool  *pool.Pool
+	pending  int  // ReadyForQuery messages the server still owes
+	unsynced bool // extended-protocol messages sent since the last Sync
+	tx       byte // transaction status of the last ReadyForQuery
+	draining bool // Shutdown asked: close at the next idle point
+	killed   bool // the session is being closed
+}
+
+// send writes proxy-generated messages to the client and flushes.
+func (ss *session) send(msgs ...wire.Encoder) error {
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	var err error
+	ss.enc, err = wire.Append(ss.enc[:0], msgs...)
+	if err != nil {
+		return err
+	}
+	if _, err := ss.w.Write(ss.enc); err != nil {
+		return err
+	}
+	return ss.w.Flush()
+}
+
+// idleLocked reports whether the server owes nothing and no transaction or
+// unsynced batch is open. Callers hold ss.mu.
+func (ss *session) idleLocked() bool {
+	return ss.pending == 0 && !ss.unsynced && ss.tx == 'I'
+}
+
+// drain asks the session to end at its next idle point (Shutdown).
+func (ss *session) drain() {
+	ss.mu.Lock()
+	ss.draining = true
+	idle := ss.server != nil && ss.idleLocked()
+	ss.mu.Unlock()
+	if idle {
+		ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
+	}
+}
+
+// kill ends the session: the client gets err (if not nil) and the
+// connection is closed, which unblocks the session goroutine.
+func (ss *session) kill(err *clientError) {
+	ss.mu.Lock()
+	if ss.killed {
+		ss.mu.Unlock()
+		return
+	}
+	ss.killed = true
+	ss.mu.Unlock()
+	// A writer blocked on a slow client holds wmu; never wait for it here
+	// (Shutdown calls kill for every session): close, which unblocks it.
+	if err != nil && ss.wmu.TryLock() {
+		ss.enc, _ = wire.Append(ss.enc[:0], errorResponse(err))
+		ss.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		if _, werr := ss.w.Write(ss.enc); werr == nil {
+			ss.w.Flush()
+		}
+		ss.wmu.Unlock()
+	}
+	ss.conn.Close()
+}
+
+func (ss *session) isKilled() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.killed
+}
+
+var _ wire.Encoder = (*pgproto3.ErrorResponse)(nil)

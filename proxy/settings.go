@@ -1,0 +1,122 @@
+package proxy
+
+import (
+	"sort"
+	"strings"
+)
+
+// setting is one run-time parameter a client asked for at startup, applied
+// with set_config on every server connection the session uses.
+type setting struct{ name, value string }
+
+// Startup parameters that are not settings.
+var notSettings = map[string]bool{"user": true, "database": true, "options": true, "replication": true}
+
+// startupSettings returns the client's settings in the order PostgreSQL
+// applies them: the -c switches of "options" first, then the other startup
+// parameters (sorted, so equal clients produce equal batches).
+func startupSettings(params map[string]string) ([]setting, error) {
+	var out []setting
+	if opts := params["options"]; opts != "" {
+		s, err := parseOptions(opts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s...)
+	}
+	names := make([]string, 0, len(params))
+	for k := range params {
+		if !notSettings[k] && !strings.HasPrefix(k, "_pq_.") {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		out = append(out, setting{k, params[k]})
+	}
+	return out, nil
+}
+
+// parseOptions reads the "options" startup parameter like PostgreSQL's
+// pg_split_opts: words separated by spaces, a backslash escapes the next
+// character; each setting is "-c name=value", "-cname=value" or
+// "--name=value" (dashes in the name become underscores). Other server
+// command-line switches are refused with a clear error.
+func parseOptions(s string) ([]setting, error) {
+	var words []string
+	var cur strings.Builder
+	inWord, esc := false, false
+	for _, r := range s {
+		switch {
+		case esc:
+			cur.WriteRune(r)
+			esc, inWord = false, true
+		case r == '\\':
+			esc, inWord = true, true
+		case r == ' ' || r == '\t' || r == '\n' || r == '\r':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	var out []setting
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		var kv string
+		switch {
+		case w == "-c":
+			if i+1 >= len(words) {
+				return nil, fatalf(codeProtocolViolation, "invalid command-line argument for server process: -c requires a value")
+			}
+			i++
+			kv = words[i]
+		case strings.HasPrefix(w, "-c"):
+			kv = w[2:]
+		case strings.HasPrefix(w, "--"):
+			kv = w[2:]
+		default:
+			return nil, fatalf(codeFeatureNotSupported,
+				"pg-kinetic: unsupported startup option %q (only -c name=value and --name=value are passed to servers)", w)
+		}
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			return nil, fatalf(codeProtocolViolation, "invalid startup option %q: expected name=value", kv)
+		}
+		out = append(out, setting{strings.ReplaceAll(name, "-", "_"), value})
+	}
+	return out, nil
+}
+
+// settingsQuery builds one simple query that applies settings with
+// set_config, so a value is read exactly as in postgresql.conf or a startup
+// packet (a list like search_path keeps its commas).
+func settingsQuery(settings []setting) string {
+	if len(settings) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i, s := range settings {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("pg_catalog.set_config(")
+		b.WriteString(quoteLiteral(s.name))
+		b.WriteString(", ")
+		b.WriteString(quoteLiteral(s.value))
+		b.WriteString(", false)")
+	}
+	return b.String()
+}
+
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
