@@ -46,27 +46,47 @@ type Config struct {
 	Path string `toml:"-"`
 }
 
+// Server is the [server] table: the client-facing listener.
 type Server struct {
-	Listen            string `toml:"listen"`
-	PoolMode          string `toml:"pool_mode"`
-	MaxClientConn     int    `toml:"max_client_conn"`
-	ShutdownTimeoutMS int    `toml:"shutdown_timeout_ms"`
-	TLSMode           string `toml:"tls_mode"`
-	TLSCertFile       string `toml:"tls_cert_file"`
-	TLSKeyFile        string `toml:"tls_key_file"`
-	BackendTLSMode    string `toml:"backend_tls_mode"`
+	// Listen is the host:port clients connect to (port 0 picks a free port).
+	Listen string `toml:"listen"`
+	// PoolMode is PoolModeSession or PoolModeTransaction.
+	PoolMode string `toml:"pool_mode"`
+	// MaxClientConn is the most client connections served at once (>= 1).
+	MaxClientConn int `toml:"max_client_conn"`
+	// ShutdownTimeoutMS bounds how long SIGTERM waits for in-flight
+	// transactions (>= 0; 0 closes at once).
+	ShutdownTimeoutMS int `toml:"shutdown_timeout_ms"`
+	// TLSMode is TLSDisable, TLSAllow or TLSRequire (client side).
+	TLSMode string `toml:"tls_mode"`
+	// TLSCertFile and TLSKeyFile are PEM files, required unless TLSMode is
+	// TLSDisable. Load resolves a relative path against the directory of
+	// the config file and stores the resolved path.
+	TLSCertFile string `toml:"tls_cert_file"`
+	TLSKeyFile  string `toml:"tls_key_file"`
+	// BackendTLSMode is TLSDisable, TLSPrefer or TLSRequire (proxy to servers).
+	BackendTLSMode string `toml:"backend_tls_mode"`
 }
 
+// Admin is the [admin] table.
 type Admin struct {
+	// Users may open the admin console (database AdminDatabase). Each must
+	// be the name of a [[users]] entry: admins authenticate like any client.
+	// An empty list disables the console.
 	Users []string `toml:"users"`
 }
 
+// Metrics is the [metrics] table.
 type Metrics struct {
+	// Listen is the host:port of the Prometheus endpoint; "" disables it.
 	Listen string `toml:"listen"`
 }
 
+// Log is the [log] table.
 type Log struct {
-	Level  string `toml:"level"`
+	// Level is LogDebug, LogInfo, LogWarn or LogError.
+	Level string `toml:"level"`
+	// Format is LogFormatJSON or LogFormatConsole.
 	Format string `toml:"format"`
 }
 
@@ -75,12 +95,14 @@ type Log struct {
 // uses towards the servers; they default to Name/Password and are required
 // (password) when Password is a verifier or hash, since a hash cannot log in.
 type User struct {
-	Name            string `toml:"name"`
-	Password        string `toml:"password"`
+	Name            string `toml:"name"`     // required, unique
+	Password        string `toml:"password"` // required; see PasswordKind
 	BackendUser     string `toml:"backend_user"`
-	BackendPassword string `toml:"backend_password"`
+	BackendPassword string `toml:"backend_password"` // always plaintext
 }
 
+// Route is one [[routes]] entry: the servers behind one client-visible
+// database name. Name, Database and Primary.Address are required.
 type Route struct {
 	Name            string       `toml:"name"`
 	Database        string       `toml:"database"`
@@ -94,11 +116,15 @@ type Route struct {
 	QueryClasses    []QueryClass `toml:"query_classes"`
 }
 
+// Endpoint is a server of a route. Address is a required host:port. Weight
+// is a replica's share of the reads (>= 0; 0 keeps the replica probed and
+// visible but sends it no reads); the primary takes no weight and keeps 0.
 type Endpoint struct {
 	Address string `toml:"address"`
 	Weight  int    `toml:"weight"`
 }
 
+// ReadRouting is [routes.read_routing]. Validated now; used by read routing.
 type ReadRouting struct {
 	ReadRoutingMode   string   `toml:"read_routing_mode"`
 	FallbackPolicy    string   `toml:"fallback_policy"`
@@ -107,6 +133,10 @@ type ReadRouting struct {
 	ReadOnlyFunctions []string `toml:"read_only_functions"`
 }
 
+// Freshness is [routes.freshness]. Validated now; used by read routing.
+// MaxReplicaLagMS must be > 0 when FreshnessPolicy bounds lag (max_lag,
+// session_write_lsn_and_max_lag); MaxReplicaLagBytes 0 means no byte bound;
+// MaxPrimaryFallbackInflight 0 means unlimited.
 type Freshness struct {
 	FreshnessPolicy            string `toml:"freshness_policy"`
 	MaxReplicaLagMS            int    `toml:"max_replica_lag_ms"`
@@ -116,6 +146,8 @@ type Freshness struct {
 	MaxPrimaryFallbackInflight int    `toml:"max_primary_fallback_inflight"`
 }
 
+// HA is [routes.ha]: replica health probing. VerdictTTLMS 0 means
+// 2*interval + timeout; see VerdictTTL.
 type HA struct {
 	ReplicaHealthIntervalMS int `toml:"replica_health_interval_ms"`
 	ReplicaHealthTimeoutMS  int `toml:"replica_health_timeout_ms"`
@@ -131,6 +163,9 @@ type Pool struct {
 	AcquireTimeoutMS int `toml:"acquire_timeout_ms"`
 }
 
+// QueryClass is one [[routes.query_classes]] entry. Name is required;
+// Routing defaults to ClassPrimaryOnly; FallbackPolicy "" inherits the
+// route's. Validated now; used by read routing and rollout.
 type QueryClass struct {
 	Name           string `toml:"name"`
 	Routing        string `toml:"routing"`
@@ -139,6 +174,9 @@ type QueryClass struct {
 	LabelStaleness bool   `toml:"label_staleness"`
 }
 
+// Rollout is the [rollout] table. StateFile, when set, is resolved against
+// the directory of the config file like the TLS files. Validated now; used by
+// rollout.
 type Rollout struct {
 	Stage          int    `toml:"stage"`
 	StateFile      string `toml:"state_file"`
@@ -148,8 +186,40 @@ type Rollout struct {
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
+// ShutdownTimeout is shutdown_timeout_ms.
 func (s Server) ShutdownTimeout() time.Duration { return ms(s.ShutdownTimeoutMS) }
-func (p Pool) AcquireTimeout() time.Duration    { return ms(p.AcquireTimeoutMS) }
+
+// AcquireTimeout is acquire_timeout_ms. Zero means wait without a limit, as
+// PgBouncer's query_wait_timeout = 0 does.
+func (p Pool) AcquireTimeout() time.Duration { return ms(p.AcquireTimeoutMS) }
+
+// MaxReplicaLag is max_replica_lag_ms.
+func (f Freshness) MaxReplicaLag() time.Duration { return ms(f.MaxReplicaLagMS) }
+
+// ReadAfterWriteTimeout is read_after_write_timeout_ms.
+func (f Freshness) ReadAfterWriteTimeout() time.Duration { return ms(f.ReadAfterWriteTimeoutMS) }
+
+// StickyPrimaryWindow is sticky_primary_window_ms.
+func (f Freshness) StickyPrimaryWindow() time.Duration { return ms(f.StickyPrimaryWindowMS) }
+
+// HealthInterval is replica_health_interval_ms.
+func (h HA) HealthInterval() time.Duration { return ms(h.ReplicaHealthIntervalMS) }
+
+// HealthTimeout is replica_health_timeout_ms.
+func (h HA) HealthTimeout() time.Duration { return ms(h.ReplicaHealthTimeoutMS) }
+
+// VerdictTTL is how old a verdict may be before it counts as unknown:
+// verdict_ttl_ms, or 2*interval + timeout when that is 0 (the defaults give
+// 2*2000 + 750 = 4750ms: one probe may be lost before verdicts go unknown).
+func (h HA) VerdictTTL() time.Duration {
+	if h.VerdictTTLMS == 0 {
+		return 2*h.HealthInterval() + h.HealthTimeout()
+	}
+	return ms(h.VerdictTTLMS)
+}
+
+// LagSLOWindow is lag_slo_window_ms.
+func (r Rollout) LagSLOWindow() time.Duration { return ms(r.LagSLOWindowMS) }
 
 // RouteByDatabase returns the route clients select with database name db.
 func (c *Config) RouteByDatabase(db string) (*Route, bool) {
@@ -189,4 +259,66 @@ func (u *User) Backend() (user, password string) {
 		password = u.Password
 	}
 	return user, password
+}
+
+// IsAdmin reports whether name is listed in [admin] users.
+func (c *Config) IsAdmin(name string) bool {
+	for _, u := range c.Admin.Users {
+		if u == name {
+			return true
+		}
+	}
+	return false
+}
+
+// RouteByName returns the route called name.
+func (c *Config) RouteByName(name string) (*Route, bool) {
+	for i := range c.Routes {
+		if c.Routes[i].Name == name {
+			return &c.Routes[i], true
+		}
+	}
+	return nil, false
+}
+
+// QueryClass returns the class called name as the route routes it: the
+// route's [[routes.query_classes]] entry when there is one. A name of the
+// shared vocabulary that the route does not define is returned as a
+// primary_only class at stage 0 (ok is true): it is a known word with no
+// permission to reach a replica. Any other name is not found.
+func (r *Route) QueryClass(name string) (QueryClass, bool) {
+	for _, qc := range r.QueryClasses {
+		if qc.Name == name {
+			return qc, true
+		}
+	}
+	if IsSharedQueryClass(name) {
+		return QueryClass{Name: name, Routing: ClassPrimaryOnly}, true
+	}
+	return QueryClass{}, false
+}
+
+// IsSharedQueryClass reports whether name is one of the shared vocabulary of
+// query classes (SPEC §2).
+func IsSharedQueryClass(name string) bool {
+	switch name {
+	case QueryClassSessionState, QueryClassReportingAggregate, QueryClassBillingBalance, QueryClassCatalogBrowse:
+		return true
+	}
+	return false
+}
+
+// AlwaysPrimaryOnly reports whether a class may never be routed to a replica
+// whatever the config says (billing_balance, session_state).
+func AlwaysPrimaryOnly(name string) bool {
+	return name == QueryClassBillingBalance || name == QueryClassSessionState
+}
+
+// EffectiveFallbackPolicy is the class's fallback_policy, or the route's when
+// the class leaves it "".
+func (r *Route) EffectiveFallbackPolicy(qc QueryClass) string {
+	if qc.FallbackPolicy != "" {
+		return qc.FallbackPolicy
+	}
+	return r.ReadRouting.FallbackPolicy
 }

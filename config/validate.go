@@ -1,0 +1,452 @@
+package config
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// maxInt is the upper bound of every integer key except
+// max_replica_lag_bytes: about 24.8 days in milliseconds, far above any
+// sensible setting and far below overflowing time.Duration arithmetic such as
+// 2*interval + timeout.
+const maxInt = math.MaxInt32
+
+// validate checks cfg after decoding and reports through d. It also resolves
+// relative file paths against the config file's directory, in place.
+func validate(d *decoder, cfg *Config) {
+	v := &validator{decoder: d, cfg: cfg}
+	if cfg.Path != "" {
+		v.dir = filepath.Dir(cfg.Path)
+	}
+	v.server()
+	v.admin()
+	v.metricsAndLog()
+	v.users()
+	v.routes()
+	v.rollout()
+}
+
+type validator struct {
+	*decoder
+	cfg *Config
+	dir string
+}
+
+func keys(names ...string) path {
+	var p path
+	for _, n := range names {
+		p = p.key(n)
+	}
+	return p
+}
+
+func (p path) keys(names ...string) path {
+	for _, n := range names {
+		p = p.key(n)
+	}
+	return p
+}
+
+func (v *validator) oneOf(p path, val string, allowed ...string) bool {
+	for _, a := range allowed {
+		if val == a {
+			return true
+		}
+	}
+	words := make([]string, len(allowed))
+	for i, a := range allowed {
+		words[i] = strconv.Quote(a)
+	}
+	v.problem(p, "unknown value %q; want one of %s", val, strings.Join(words, ", "))
+	return false
+}
+
+func (v *validator) intRange(p path, n, lo, hi int64) bool {
+	switch {
+	case n < lo:
+		v.problem(p, "must be at least %d (got %d)", lo, n)
+		return false
+	case n > hi:
+		v.problem(p, "must be at most %d (got %d)", hi, n)
+		return false
+	}
+	return true
+}
+
+func (v *validator) required(p path, val string) bool {
+	if val == "" {
+		v.problem(p, "required")
+		return false
+	}
+	return true
+}
+
+// address checks a host:port. listen addresses may have an empty host (all
+// interfaces) and port 0 (any free port); server addresses may not. It
+// returns the normalized form (see normalizeAddress) and whether it is valid.
+func (v *validator) address(p path, addr string, listen bool) (string, bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		cause := err.Error()
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			cause = ae.Err
+		}
+		v.problem(p, "%q is not host:port (%s)", addr, cause)
+		return "", false
+	}
+	if host == "" && !listen {
+		v.problem(p, "%q has no host", addr)
+		return "", false
+	}
+	lo := 1
+	if listen {
+		lo = 0
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < lo || n > 65535 {
+		v.problem(p, "port %q of %q is not a number from %d to 65535", port, addr, lo)
+		return "", false
+	}
+	return normalizeAddress(host, n), true
+}
+
+// normalizeAddress is how addresses are compared: host names are case-folded
+// without a trailing dot, IP addresses are in canonical form, and
+// "localhost", 127.0.0.1 and ::1 are the same host. Names are not resolved.
+func normalizeAddress(host string, port int) string {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if ip := net.ParseIP(host); ip != nil {
+		host = ip.String()
+	}
+	switch host {
+	case "localhost", "127.0.0.1", "::1":
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// file resolves a file the config names and checks that it exists. It
+// returns the resolved name and whether the file is usable.
+func (v *validator) file(p path, name string) (string, bool) {
+	resolved := v.resolve(name)
+	where := ""
+	if resolved != name {
+		where = fmt.Sprintf(" (resolved to %s)", resolved)
+	}
+	fi, err := os.Stat(resolved)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		v.problem(p, "file %q not found%s", name, where)
+		return resolved, false
+	case err != nil:
+		v.problem(p, "file %q: %v", name, err)
+		return resolved, false
+	case fi.IsDir():
+		v.problem(p, "%q is a directory, not a file%s", name, where)
+		return resolved, false
+	}
+	return resolved, true
+}
+
+// resolve anchors a relative file name at the config file's directory, so a
+// config means the same files whatever directory kineticd starts in.
+func (v *validator) resolve(name string) string {
+	if name == "" || filepath.IsAbs(name) || v.dir == "" {
+		return name
+	}
+	return filepath.Join(v.dir, name)
+}
+
+func (v *validator) server() {
+	s := &v.cfg.Server
+	p := keys("server")
+	if v.required(p.key("listen"), s.Listen) {
+		v.address(p.key("listen"), s.Listen, true)
+	}
+	v.oneOf(p.key("pool_mode"), s.PoolMode, PoolModeSession, PoolModeTransaction)
+	v.intRange(p.key("max_client_conn"), int64(s.MaxClientConn), 1, maxInt)
+	v.intRange(p.key("shutdown_timeout_ms"), int64(s.ShutdownTimeoutMS), 0, maxInt)
+	v.oneOf(p.key("backend_tls_mode"), s.BackendTLSMode, TLSDisable, TLSPrefer, TLSRequire)
+	if !v.oneOf(p.key("tls_mode"), s.TLSMode, TLSDisable, TLSAllow, TLSRequire) || s.TLSMode == TLSDisable {
+		// Under "disable" the files are not used, so they are not checked.
+		return
+	}
+	certOK, keyOK := false, false
+	for _, f := range []struct {
+		key  string
+		name *string
+		ok   *bool
+	}{{"tls_cert_file", &s.TLSCertFile, &certOK}, {"tls_key_file", &s.TLSKeyFile, &keyOK}} {
+		if *f.name == "" {
+			v.problem(p.key(f.key), "required when tls_mode is %q", s.TLSMode)
+			continue
+		}
+		*f.name, *f.ok = v.file(p.key(f.key), *f.name)
+	}
+	if certOK && keyOK {
+		if _, err := tls.LoadX509KeyPair(s.TLSCertFile, s.TLSKeyFile); err != nil {
+			v.problem(p.key("tls_cert_file"), "tls_cert_file and tls_key_file do not load as a key pair: %v", err)
+		}
+	}
+}
+
+func (v *validator) admin() {
+	p := keys("admin", "users")
+	if v.bad[p.String()] {
+		return // wrong type: the default list is still in place
+	}
+	seen := map[string]int{}
+	for i, name := range v.cfg.Admin.Users {
+		ep := p.index(i)
+		switch _, isUser := v.cfg.UserByName(name); {
+		case name == "":
+			v.problem(ep, "empty user name")
+		case seen[name] > 0:
+			v.problem(ep, "%q is listed twice", name)
+		case !isUser && v.defined[p.String()]:
+			// Only an explicit list is checked: with the default list and
+			// no kinetic_admin user, nobody can open the console, which is
+			// a legitimate setup rather than a mistake.
+			v.problem(ep, "%q is not a [[users]] name (admins authenticate as users)", name)
+		}
+		seen[name]++
+	}
+}
+
+func (v *validator) metricsAndLog() {
+	if l := v.cfg.Metrics.Listen; l != "" {
+		v.address(keys("metrics", "listen"), l, true)
+	}
+	v.oneOf(keys("log", "level"), v.cfg.Log.Level, LogDebug, LogInfo, LogWarn, LogError)
+	v.oneOf(keys("log", "format"), v.cfg.Log.Format, LogFormatJSON, LogFormatConsole)
+}
+
+func (v *validator) users() {
+	if len(v.cfg.Users) == 0 {
+		v.problem(keys("users"), "at least one [[users]] entry is required")
+		return
+	}
+	first := map[string]path{}
+	for i := range v.cfg.Users {
+		u := &v.cfg.Users[i]
+		p := keys("users").index(i)
+		if v.required(p.key("name"), u.Name) {
+			if prev, dup := first[u.Name]; dup {
+				v.problem(p.key("name"), "duplicate user name %q (first at %s, line %d)", u.Name, prev, v.lines.lineOf(prev))
+			} else {
+				first[u.Name] = p.key("name")
+			}
+		}
+		if !v.required(p.key("password"), u.Password) {
+			continue
+		}
+		kind := u.PasswordKind()
+		if kind == PasswordSCRAMSHA256 {
+			if _, err := ParseSCRAMVerifier(u.Password); err != nil {
+				v.problem(p.key("password"), "malformed SCRAM-SHA-256 verifier: %v", err)
+			}
+		}
+		switch {
+		case u.BackendPassword != "" && PasswordKind(u.BackendPassword) != PasswordPlaintext:
+			v.problem(p.key("backend_password"), "must be the plaintext password, not %s: a hash cannot log in to a server", kindPhrase(u.BackendPassword))
+		case kind != PasswordPlaintext && u.BackendPassword == "":
+			v.problem(p.key("backend_password"), "required when password is %s: a hash cannot log in to a server", kindPhrase(u.Password))
+		}
+	}
+}
+
+func (v *validator) routes() {
+	if len(v.cfg.Routes) == 0 {
+		v.problem(keys("routes"), "at least one [[routes]] entry is required")
+		return
+	}
+	names, dbs := map[string]path{}, map[string]path{}
+	for i := range v.cfg.Routes {
+		r := &v.cfg.Routes[i]
+		p := keys("routes").index(i)
+		v.unique(p.key("name"), r.Name, "route name", names)
+		if v.required(p.key("database"), r.Database) {
+			if r.Database == AdminDatabase {
+				v.problem(p.key("database"), "%q is reserved for the admin console", AdminDatabase)
+			} else {
+				v.unique(p.key("database"), r.Database, "route database", dbs)
+			}
+		}
+		v.servers(p, r)
+		v.readRouting(p.key("read_routing"), r)
+		v.freshness(p.key("freshness"), &r.Freshness)
+		v.ha(p.key("ha"), &r.HA)
+		v.intRange(p.keys("pool", "size"), int64(r.Pool.Size), 1, maxInt)
+		v.intRange(p.keys("pool", "acquire_timeout_ms"), int64(r.Pool.AcquireTimeoutMS), 0, maxInt)
+		v.queryClasses(p.key("query_classes"), r)
+	}
+}
+
+// unique checks a required name that must not repeat across entries.
+func (v *validator) unique(p path, val, what string, first map[string]path) {
+	if !v.required(p, val) {
+		return
+	}
+	if prev, dup := first[val]; dup {
+		v.problem(p, "duplicate %s %q (first at %s, line %d)", what, val, prev, v.lines.lineOf(prev))
+		return
+	}
+	first[val] = p
+}
+
+func (v *validator) servers(p path, r *Route) {
+	var primary string
+	if ap := p.keys("primary", "address"); v.required(ap, r.Primary.Address) {
+		primary, _ = v.address(ap, r.Primary.Address, false)
+	}
+	seen := map[string]path{}
+	for j, rep := range r.Replicas {
+		rp := p.key("replicas").index(j)
+		v.intRange(rp.key("weight"), int64(rep.Weight), 0, maxInt)
+		ap := rp.key("address")
+		if !v.required(ap, rep.Address) {
+			continue
+		}
+		norm, ok := v.address(ap, rep.Address, false)
+		switch {
+		case !ok:
+		case norm == primary:
+			v.problem(ap, "%q is the primary's address; a server cannot be its own replica", rep.Address)
+		case seen[norm] != nil:
+			v.problem(ap, "duplicate replica %q (first at %s, line %d)", rep.Address, seen[norm], v.lines.lineOf(seen[norm]))
+		default:
+			seen[norm] = ap
+		}
+	}
+}
+
+func (v *validator) readRouting(p path, r *Route) {
+	rr := &r.ReadRouting
+	if v.oneOf(p.key("read_routing_mode"), rr.ReadRoutingMode, RoutingOff, RoutingPreferReplica, RoutingRequireReplica) &&
+		rr.ReadRoutingMode == RoutingRequireReplica && len(r.Replicas) == 0 {
+		v.problem(p.key("read_routing_mode"), "require_replica needs at least one [[routes.replicas]]; every read would be rejected")
+	}
+	v.oneOf(p.key("fallback_policy"), rr.FallbackPolicy, FallbackPrimary, FallbackWait, FallbackReject)
+	if c := rr.DefaultQueryClass; c != "" {
+		if _, ok := r.QueryClass(c); !ok {
+			v.problem(p.key("default_query_class"), "%q is neither a [[routes.query_classes]] name of this route nor a shared class (%s, %s, %s, %s)",
+				c, QueryClassSessionState, QueryClassReportingAggregate, QueryClassBillingBalance, QueryClassCatalogBrowse)
+		}
+	}
+	writes := map[string]bool{}
+	for j, f := range rr.WriteFunctions {
+		if f == "" {
+			v.problem(p.key("write_functions").index(j), "empty function name")
+		}
+		writes[f] = true
+	}
+	for j, f := range rr.ReadOnlyFunctions {
+		switch {
+		case f == "":
+			v.problem(p.key("read_only_functions").index(j), "empty function name")
+		case writes[f]:
+			v.problem(p.key("read_only_functions").index(j), "%q is also in write_functions", f)
+		}
+	}
+}
+
+func (v *validator) freshness(p path, f *Freshness) {
+	if v.oneOf(p.key("freshness_policy"), f.FreshnessPolicy, FreshnessNone, FreshnessMaxLag, FreshnessSessionWriteLSN, FreshnessSessionWriteLSNAndMax) &&
+		(f.FreshnessPolicy == FreshnessMaxLag || f.FreshnessPolicy == FreshnessSessionWriteLSNAndMax) && f.MaxReplicaLagMS == 0 {
+		v.problem(p.key("max_replica_lag_ms"), "must be at least 1 when freshness_policy is %q (there is no unlimited lag; choose a policy without max_lag instead)", f.FreshnessPolicy)
+	} else {
+		v.intRange(p.key("max_replica_lag_ms"), int64(f.MaxReplicaLagMS), 0, maxInt)
+	}
+	v.intRange(p.key("max_replica_lag_bytes"), f.MaxReplicaLagBytes, 0, math.MaxInt64)
+	v.intRange(p.key("read_after_write_timeout_ms"), int64(f.ReadAfterWriteTimeoutMS), 0, maxInt)
+	v.intRange(p.key("sticky_primary_window_ms"), int64(f.StickyPrimaryWindowMS), 0, maxInt)
+	v.intRange(p.key("max_primary_fallback_inflight"), int64(f.MaxPrimaryFallbackInflight), 0, maxInt)
+}
+
+func (v *validator) ha(p path, h *HA) {
+	okInterval := v.intRange(p.key("replica_health_interval_ms"), int64(h.ReplicaHealthIntervalMS), 1, maxInt)
+	okTimeout := v.intRange(p.key("replica_health_timeout_ms"), int64(h.ReplicaHealthTimeoutMS), 1, maxInt)
+	if okInterval && okTimeout && h.ReplicaHealthTimeoutMS > h.ReplicaHealthIntervalMS {
+		v.problem(p.key("replica_health_timeout_ms"), "must not exceed replica_health_interval_ms (%d)", h.ReplicaHealthIntervalMS)
+		okTimeout = false
+	}
+	if !v.intRange(p.key("verdict_ttl_ms"), int64(h.VerdictTTLMS), 0, maxInt) || h.VerdictTTLMS == 0 || !okInterval || !okTimeout {
+		return
+	}
+	if floor := h.ReplicaHealthIntervalMS + h.ReplicaHealthTimeoutMS; h.VerdictTTLMS < floor {
+		v.problem(p.key("verdict_ttl_ms"), "must be 0 or at least replica_health_interval_ms + replica_health_timeout_ms (%d), or verdicts expire between probes", floor)
+	}
+}
+
+func (v *validator) queryClasses(p path, r *Route) {
+	first := map[string]path{}
+	for j, qc := range r.QueryClasses {
+		cp := p.index(j)
+		np := cp.key("name")
+		switch {
+		case qc.Name == "":
+			v.problem(np, "required")
+		case !isClassName(qc.Name):
+			v.problem(np, "%q: a class name is letters, digits, '_' and '-' only (it must fit in a hint word)", qc.Name)
+		case qc.Name == "default":
+			v.problem(np, "\"default\" is reserved: it labels reads that declare no class")
+		default:
+			v.unique(np, qc.Name, "query class", first)
+		}
+		if v.oneOf(cp.key("routing"), qc.Routing, ClassPrimaryOnly, ClassReplicaIfLagOK, ClassReplicaToleratesStaleness) &&
+			AlwaysPrimaryOnly(qc.Name) && qc.Routing != ClassPrimaryOnly {
+			v.problem(cp.key("routing"), "%s is always primary_only (got %q)", qc.Name, qc.Routing)
+		}
+		v.intRange(cp.key("stage"), int64(qc.Stage), 0, maxInt)
+		if qc.FallbackPolicy != "" {
+			v.oneOf(cp.key("fallback_policy"), qc.FallbackPolicy, "", FallbackPrimary, FallbackWait, FallbackReject)
+		}
+	}
+}
+
+func isClassName(s string) bool {
+	for _, r := range s {
+		if !isBareKeyRune(r) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func (v *validator) rollout() {
+	ro := &v.cfg.Rollout
+	p := keys("rollout")
+	v.intRange(p.key("stage"), int64(ro.Stage), 0, maxInt)
+	v.intRange(p.key("lag_slo_window_ms"), int64(ro.LagSLOWindowMS), 1, maxInt)
+	if ro.StateFile == "" {
+		return
+	}
+	// The file itself may not exist yet (it is written on the first
+	// ROUTING ROLLBACK/STAGE), but its directory must.
+	name := ro.StateFile
+	ro.StateFile = v.resolve(name)
+	if fi, err := os.Stat(ro.StateFile); err == nil && fi.IsDir() {
+		v.problem(p.key("state_file"), "%q is a directory, not a file", name)
+		return
+	}
+	dir := filepath.Dir(ro.StateFile)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		v.problem(p.key("state_file"), "directory %q of %q does not exist", dir, name)
+	}
+}
+
+func kindPhrase(password string) string {
+	if PasswordKind(password) == PasswordMD5 {
+		return "an MD5 hash"
+	}
+	return "a SCRAM-SHA-256 verifier"
+}
