@@ -321,7 +321,9 @@ func (pr *Process) WaitLog(ctx context.Context, s string) error {
 func (pr *Process) Exited() <-chan error { return pr.exit }
 
 // AppDSN is the DSN of the app user through the process.
-func (pr *Process) AppDSN() string { return DSN(pr.Addr, pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB) }
+func (pr *Process) AppDSN() string {
+	return DSN(pr.Addr, pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB)
+}
 
 // RSSKiB returns the current and peak resident set size of the process.
 func (pr *Process) RSSKiB() (cur, peak int64, err error) {
