@@ -141,6 +141,9 @@ func (ss *session) answerSSL() error {
 	}
 	ss.conn = tc
 	ss.tls = true
+	if len(tcfg.Certificates) > 0 {
+		ss.tlsLeaf = tcfg.Certificates[0].Leaf
+	}
 	ss.r.Reset(tc)
 	ss.w.Reset(tc)
 	return nil

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -69,8 +70,10 @@ func (ss *session) scramAuth(creds scram.StoredCredentials) error {
 	}
 	mechs := []string{scramMech}
 	conv := srv.NewConversation()
-	if tc, ok := ss.conn.(*tls.Conn); ok {
-		state := tc.ConnectionState()
+	if leaf := ss.tlsLeaf; leaf != nil {
+		// tls-server-end-point binds to our own certificate; the library
+		// reads it from the peer side of a connection state.
+		state := tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
 		if cb, err := scram.NewTLSServerEndpointBinding(&state); err == nil {
 			mechs = []string{scramPlusMech, scramMech}
 			conv = srv.NewConversationWithChannelBinding(cb)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/x509"
 	"net"
 	"sync"
 	"time"
@@ -24,7 +25,10 @@ type session struct {
 	conn net.Conn // the client, possibly *tls.Conn
 	r    *bufio.Reader
 	tls  bool
-	cfg  *config.Config // snapshot taken at accept
+	// tlsLeaf is the proxy certificate the client saw, for SCRAM channel
+	// binding (tls-server-end-point); nil without TLS.
+	tlsLeaf *x509.Certificate
+	cfg     *config.Config // snapshot taken at accept
 
 	user, database string
 	startupParams  map[string]string
