@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# install-deps.sh — install what building and testing pg-kinetic needs on
+# Debian/Ubuntu, then download the Go modules. Safe to run again: it installs
+# only what is missing.
+#
+#   PostgreSQL 15   postgresql-15 (postgres, initdb, pg_basebackup, pgbench)
+#                   and postgresql-client-15 (psql), in /usr/lib/postgresql/15/bin;
+#                   test/pgtest starts its own servers from them.
+#   C compiler      gcc + libc6-dev: cgo for pg_query_go and the race detector.
+#   Go              not installed here; expected on PATH or in /usr/local/go.
+#
+# Runs as root, or through sudo. It never stops or reconfigures a system
+# PostgreSQL service: if the package starts a cluster on 5432, it stays; the
+# test harness uses free ports of its own.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PGBIN=/usr/lib/postgresql/15/bin
+export DEBIAN_FRONTEND=noninteractive
+
+say() { printf 'install-deps: %s\n' "$*"; }
+die() { printf 'install-deps: error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+	if [ "$(id -u)" -eq 0 ]; then
+		"$@"
+	elif command -v sudo >/dev/null 2>&1; then
+		sudo env DEBIAN_FRONTEND=noninteractive "$@"
+	else
+		die "need root to run: $* (re-run as root or install sudo)"
+	fi
+}
+
+# --- system packages -------------------------------------------------------
+packages=()
+if [ ! -x "$PGBIN/postgres" ] || [ ! -x "$PGBIN/initdb" ] || [ ! -x "$PGBIN/pg_basebackup" ] || [ ! -x "$PGBIN/pgbench" ]; then
+	packages+=(postgresql-15)
+fi
+if [ ! -x "$PGBIN/psql" ]; then
+	packages+=(postgresql-client-15)
+fi
+if ! command -v gcc >/dev/null 2>&1; then
+	packages+=(gcc libc6-dev)
+fi
+
+if [ ${#packages[@]} -eq 0 ]; then
+	say "PostgreSQL 15 ($PGBIN) and gcc are installed"
+else
+	command -v apt-get >/dev/null 2>&1 ||
+		die "missing ${packages[*]} and no apt-get here; install them by hand (PostgreSQL 15 binaries must end up in $PGBIN)"
+	say "apt-get update"
+	as_root apt-get update -q
+	say "apt-get install ${packages[*]}"
+	as_root apt-get install -y -q --no-install-recommends "${packages[@]}" ||
+		die "apt-get install ${packages[*]} failed; on releases without PostgreSQL 15 add the PGDG repository (https://wiki.postgresql.org/wiki/Apt)"
+fi
+for bin in postgres initdb pg_basebackup psql pgbench; do
+	[ -x "$PGBIN/$bin" ] || die "$PGBIN/$bin is still missing after installing packages"
+done
+if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
+	die "no OS user 'postgres': the test harness runs PostgreSQL as that user when started as root (initdb refuses root)"
+fi
+
+# --- Go --------------------------------------------------------------------
+if ! command -v go >/dev/null 2>&1; then
+	if [ -x /usr/local/go/bin/go ]; then
+		say "go is not on PATH; using /usr/local/go/bin/go (add /usr/local/go/bin to PATH)"
+		export PATH="$PATH:/usr/local/go/bin"
+	else
+		die "go not found. Install Go (the version in go.mod or newer) from https://go.dev/dl/ into /usr/local/go:
+    curl -fsSL https://go.dev/dl/go1.26.0.linux-amd64.tar.gz | tar -C /usr/local -xz
+    export PATH=\$PATH:/usr/local/go/bin"
+	fi
+fi
+say "$(go version)"
+say "go mod download"
+go mod download
+say "done"
