@@ -73,9 +73,9 @@ func TestPgbenchModes(t *testing.T) {
 	}
 
 	// Initialisation through the proxy: DDL, COPY FROM STDIN, VACUUM, keys.
-	init := runClient(t, ctx, env, nil, "pgbench", append(append([]string{"-i", "-s", "1"}, hostArgs(px.Port())...), db)...)
-	if init.code != 0 {
-		t.Fatalf("pgbench -i through the proxy:\n%s", init)
+	initRes := runClient(t, ctx, env, nil, "pgbench", append(append([]string{"-i", "-s", "1"}, hostArgs(px.Port())...), db)...)
+	if initRes.code != 0 {
+		t.Fatalf("pgbench -i through the proxy:\n%s", initRes)
 	}
 	conn := connect(t, ctx, px.DSN(pgtest.AppUser, pgtest.AppPassword, db))
 	if n := queryInt(t, ctx, conn, "select count(*) from pgbench_accounts"); n != 100000 {
