@@ -91,6 +91,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.run, err = newRunner(dir); err != nil {
 		return nil, err
 	}
+	// sockaddr_un holds 107 bytes: DIR/.s.PGSQL.PORT (and its .lock) must fit.
+	if len(dir)+len("/.s.PGSQL.65535.lock") > 107 {
+		return nil, fmt.Errorf("pgtest: %s is too long for PostgreSQL's unix sockets; set TMPDIR to a short path such as /tmp", dir)
+	}
 	if err := c.run.checkTraversable(dir); err != nil {
 		return nil, err
 	}
