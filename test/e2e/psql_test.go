@@ -495,6 +495,21 @@ func TestPsqlOptionsAndAppName(t *testing.T) {
 	if dg := strings.Split(strings.TrimSpace(d.stdout), "\n"); !slices.Equal(got[:4], dg[:4]) {
 		t.Errorf("through the proxy %q, directly %q", got[:4], dg[:4])
 	}
+	// The ParameterStatus messages of the startup reflect the client's own
+	// parameters, as PostgreSQL's do (libpq and drivers read DateStyle,
+	// application_name... from them, not with SHOW).
+	for i := range 2 { // the second session gets a pooled, reset connection
+		q := "&application_name=myapp" + strconv.Itoa(i) + "&options=" + strings.NewReplacer(" ", "%20", "=", "%3D", ",", "%2C").Replace("-c DateStyle=SQL,DMY")
+		viaProxy := connect(t, ctx, px.AppDSN()+q).PgConn()
+		directly := connect(t, ctx, c.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB)+q).PgConn()
+		for _, name := range []string{"application_name", "DateStyle"} {
+			if p, d := viaProxy.ParameterStatus(name), directly.ParameterStatus(name); p != d {
+				t.Errorf("session %d: ParameterStatus %s through the proxy %q, directly %q", i, name, p, d)
+			}
+		}
+		viaProxy.Close(ctx)
+	}
+
 	// statement_timeout is in force, not only displayed.
 	r = psql(t, ctx, psqlConninfo(px.Port(), pgtest.AppDB), env, nil, "-c", "select pg_sleep(30)")
 	if r.code == 0 || !strings.Contains(r.stderr, "canceling statement due to statement timeout") {
