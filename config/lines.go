@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -156,7 +157,7 @@ func (s *scanner) advance() {
 	s.i++
 }
 
-func (s *scanner) hasPrefix(p string) bool { return strings.HasPrefix(string(s.src[s.i:]), p) }
+func (s *scanner) hasPrefix(p string) bool { return bytes.HasPrefix(s.src[s.i:], []byte(p)) }
 
 func (s *scanner) skipSpace() {
 	for !s.eof() && (s.peek() == ' ' || s.peek() == '\t') {
