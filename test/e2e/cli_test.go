@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,86 +204,6 @@ func TestSIGHUPReload(t *testing.T) {
 	}
 }
 
-// cliDaemon is kineticd run by the test itself, for tests that watch it
-// exit: kinetictest.Process.Exited delivers the exit once, and its cleanup
-// waits on the same channel again.
-type cliDaemon struct {
-	cmd  *exec.Cmd
-	addr string
-	logs lockedBuffer
-	done chan struct{}
-	err  error // cmd.Wait's result, written before done is closed
-}
-
-func startCLIDaemon(t *testing.T, c *pgtest.Cluster, p kinetictest.Params) *cliDaemon {
-	t.Helper()
-	p.Listen = kinetictest.FreeAddr(t)
-	path := filepath.Join(t.TempDir(), "kineticd.toml")
-	writeFile(t, path, kinetictest.TOML(c, p))
-	d := &cliDaemon{addr: p.Listen, done: make(chan struct{})}
-	d.cmd = exec.Command(kinetictest.Binary(t), "--config", path)
-	d.cmd.Stdout, d.cmd.Stderr = &d.logs, &d.logs
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		d.err = d.cmd.Wait()
-		close(d.done)
-	}()
-	t.Cleanup(func() {
-		if !d.exited() {
-			d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.done:
-			case <-time.After(15 * time.Second):
-				d.cmd.Process.Kill()
-				<-d.done
-			}
-		}
-		if t.Failed() {
-			t.Logf("kineticd output:\n%s", d.logs.String())
-		}
-	})
-	awaitCond(t, 20*time.Second, "kineticd to accept on "+d.addr, func() (bool, error) {
-		if d.exited() {
-			t.Fatalf("kineticd exited before accepting: %v\n%s", d.err, d.logs.String())
-		}
-		conn, err := net.DialTimeout("tcp", d.addr, time.Second)
-		if err != nil {
-			return false, err
-		}
-		conn.Close()
-		return true, nil
-	})
-	return d
-}
-
-func (d *cliDaemon) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// wait waits (with a hang guard) for the process to exit and returns
-// cmd.Wait's result.
-func (d *cliDaemon) wait(t *testing.T, guard time.Duration) error {
-	t.Helper()
-	select {
-	case <-d.done:
-		return d.err
-	case <-time.After(guard):
-		t.Fatalf("kineticd still running %v after SIGTERM\n%s", guard, d.logs.String())
-		return nil
-	}
-}
-
-func (d *cliDaemon) dsn(app string) string {
-	return kinetictest.DSN(d.addr, pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB) + "&application_name=" + app
-}
-
 // serverBackends counts the primary's backends with application_name app.
 func serverBackends(ctx context.Context, c *pgtest.Cluster, app string) (int, error) {
 	s, err := c.Primary.QueryString(ctx, "select count(*) from pg_stat_activity where application_name = '"+app+"'")
@@ -323,10 +242,10 @@ func TestSIGTERMDrains(t *testing.T) {
 		defer cancel()
 		dropTable(ctx, c, tbl)
 	})
-	d := startCLIDaemon(t, c, kinetictest.Params{ShutdownTimeout: 10000})
+	d := kinetictest.StartProcess(t, c, kinetictest.Params{ShutdownTimeout: 10000})
 	appA, appB := uniqueIdent("draina"), uniqueIdent("drainb")
-	a := connect(t, ctx, d.dsn(appA))
-	b := connect(t, ctx, d.dsn(appB))
+	a := connect(t, ctx, d.DSNWithApp(appA))
+	b := connect(t, ctx, d.DSNWithApp(appB))
 	if n := queryInt(t, ctx, b, "select 1"); n != 1 {
 		t.Fatal(n)
 	}
@@ -336,7 +255,7 @@ func TestSIGTERMDrains(t *testing.T) {
 		}
 	}
 
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := d.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 
@@ -353,15 +272,15 @@ func TestSIGTERMDrains(t *testing.T) {
 	awaitCond(t, 10*time.Second, "new connections to be refused", func() (bool, error) {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(cctx, d.dsn(uniqueIdent("late")))
+		conn, err := pgx.Connect(cctx, d.DSNWithApp(uniqueIdent("late")))
 		if err != nil {
 			return true, nil
 		}
 		conn.Close(ctx)
 		return false, errors.New("a new connection was accepted during the drain")
 	})
-	if d.exited() {
-		t.Fatalf("kineticd exited with a transaction in flight: %v", d.err)
+	if d.Exited() {
+		t.Fatalf("kineticd exited with a transaction in flight: %v", d.Wait(t, time.Second))
 	}
 
 	// A finishes its transaction.
@@ -374,8 +293,8 @@ func TestSIGTERMDrains(t *testing.T) {
 		t.Errorf("session A after COMMIT: want FATAL 57P01, got %v", err)
 	}
 
-	if err := d.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("kineticd exit: %v, want status 0\n%s", err, d.logs.String())
+	if err := d.Wait(t, 20*time.Second); err != nil {
+		t.Fatalf("kineticd exit: %v, want status 0\n%s", err, d.Logs())
 	}
 	if n := queryInt(t, ctx, direct, "select count(*) from "+tbl); n != 2 {
 		t.Fatalf("the primary has %d committed rows, want 2", n)
@@ -401,22 +320,22 @@ func TestSIGTERMTimeout(t *testing.T) {
 		defer cancel()
 		dropTable(ctx, c, tbl)
 	})
-	d := startCLIDaemon(t, c, kinetictest.Params{ShutdownTimeout: 500})
+	d := kinetictest.StartProcess(t, c, kinetictest.Params{ShutdownTimeout: 500})
 	app := uniqueIdent("stuck")
-	a := connect(t, ctx, d.dsn(app))
+	a := connect(t, ctx, d.DSNWithApp(app))
 	for _, sql := range []string{"begin", "insert into " + tbl + " values (1)"} {
 		if _, err := a.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
 
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := d.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	err := awaitClosedByServer(t, a, 20*time.Second)
 	t.Logf("the open transaction's session ended with: %v", err)
-	if err := d.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("kineticd exit: %v, want status 0\n%s", err, d.logs.String())
+	if err := d.Wait(t, 20*time.Second); err != nil {
+		t.Fatalf("kineticd exit: %v, want status 0\n%s", err, d.Logs())
 	}
 	if n := queryInt(t, ctx, direct, "select count(*) from "+tbl); n != 0 {
 		t.Fatalf("the unfinished transaction's row is visible on the primary (%d rows)", n)

@@ -222,7 +222,8 @@ type Process struct {
 
 	mu   sync.Mutex
 	logs bytes.Buffer
-	exit chan error
+	done chan struct{} // closed when the process has exited
+	err  error         // cmd.Wait's result, written before done closes
 }
 
 type lockedWriter struct{ p *Process }
@@ -259,21 +260,26 @@ func StartProcess(t testing.TB, c *pgtest.Cluster, p Params) *Process {
 // StartProcessFile runs kineticd --config path and waits until addr accepts.
 func StartProcessFile(t testing.TB, path, addr string) *Process {
 	t.Helper()
-	pr := &Process{Addr: addr, Path: path, exit: make(chan error, 1)}
+	pr := &Process{Addr: addr, Path: path, done: make(chan struct{})}
 	pr.Cmd = exec.Command(Binary(t), "--config", path)
 	pr.Cmd.Stdout = lockedWriter{pr}
 	pr.Cmd.Stderr = lockedWriter{pr}
 	if err := pr.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { pr.exit <- pr.Cmd.Wait() }()
+	go func() {
+		pr.err = pr.Cmd.Wait()
+		close(pr.done)
+	}()
 	t.Cleanup(func() {
-		pr.Cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-pr.exit:
-		case <-time.After(15 * time.Second):
-			pr.Cmd.Process.Kill()
-			<-pr.exit
+		if !pr.Exited() {
+			pr.Cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-pr.done:
+			case <-time.After(15 * time.Second):
+				pr.Cmd.Process.Kill()
+				<-pr.done
+			}
 		}
 		if t.Failed() {
 			t.Logf("kineticd output:\n%s", pr.Logs())
@@ -287,9 +293,8 @@ func StartProcessFile(t testing.TB, path, addr string) *Process {
 			return pr
 		}
 		select {
-		case err := <-pr.exit:
-			pr.exit <- err
-			t.Fatalf("kineticd exited before accepting: %v\n%s", err, pr.Logs())
+		case <-pr.done:
+			t.Fatalf("kineticd exited before accepting: %v\n%s", pr.err, pr.Logs())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -317,8 +322,32 @@ func (pr *Process) WaitLog(ctx context.Context, s string) error {
 	return nil
 }
 
-// Exited returns the process's exit result once it has exited.
-func (pr *Process) Exited() <-chan error { return pr.exit }
+// Exited reports whether the process has exited.
+func (pr *Process) Exited() bool {
+	select {
+	case <-pr.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait waits up to guard (a hang guard, not a timing assertion) for the
+// process to exit and returns cmd.Wait's result.
+func (pr *Process) Wait(t testing.TB, guard time.Duration) error {
+	t.Helper()
+	select {
+	case <-pr.done:
+		return pr.err
+	case <-time.After(guard):
+		t.Fatalf("kineticd still running after %v\n%s", guard, pr.Logs())
+		return nil
+	}
+}
+
+// DSNWithApp is AppDSN with an application_name, to find the session's
+// server backend in pg_stat_activity.
+func (pr *Process) DSNWithApp(app string) string { return pr.AppDSN() + "&application_name=" + app }
 
 // AppDSN is the DSN of the app user through the process.
 func (pr *Process) AppDSN() string {
