@@ -183,8 +183,11 @@ type Manager struct {
 func NewManager() *Manager { return &Manager{pools: map[Key]*Pool{}} }
 
 // Get returns the pool of key, creating it with opts if it does not exist.
-// opts of an existing pool are not changed (a reload resizes nothing until
-// the pool is recreated; documented limitation).
+// When opts differ from the existing pool's (a reload changed the size, a
+// timeout, credentials or TLS), the old pool is retired: its idle
+// connections close now, connections on loan close when returned, and a
+// new pool with opts takes its place. For a moment both may hold
+// connections, so the server can briefly see old size + new size.
 func (m *Manager) Get(key Key, opts Options) (*Pool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -192,11 +195,37 @@ func (m *Manager) Get(key Key, opts Options) (*Pool, error) {
 		return nil, ErrClosed
 	}
 	p, ok := m.pools[key]
+	if ok && !sameOptions(p.opts, opts) {
+		p.Close()
+		ok = false
+	}
 	if !ok {
 		p = New(key, opts)
 		m.pools[key] = p
 	}
 	return p, nil
+}
+
+func sameOptions(a, b Options) bool {
+	if b.ResetQuery == "" {
+		b.ResetQuery = "DISCARD ALL"
+	}
+	if b.Size < 1 {
+		b.Size = 1
+	}
+	if a.Size != b.Size || a.AcquireTimeout != b.AcquireTimeout || a.ResetQuery != b.ResetQuery || a.Dialer != b.Dialer {
+		return false
+	}
+	ca, cb := a.Credentials, b.Credentials
+	if ca.User != cb.User || ca.Password != cb.Password || ca.Database != cb.Database || len(ca.Params) != len(cb.Params) {
+		return false
+	}
+	for k, v := range ca.Params {
+		if cb.Params[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Each calls f for every pool.

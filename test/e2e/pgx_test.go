@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -430,5 +431,27 @@ func TestMaxClientConn(t *testing.T) {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "53300" || pe.Message != "sorry, too many clients already" {
 		t.Fatalf("third client: %v", err)
+	}
+}
+
+// TestReloadResizesPool: a reload that changes routes.pool.size applies to
+// new sessions without a restart.
+func TestReloadResizesPool(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolSize: 1, AcquireTimeout: 300})
+	ctx := ctxT(t, 30*time.Second)
+	first := connect(t, ctx, px.AppDSN())
+	if _, err := pgx.Connect(ctx, px.AppDSN()); pgCode(err) != "53300" {
+		t.Fatalf("second client on a pool of 1: %v, want 53300", err)
+	}
+	if err := os.WriteFile(px.Path, []byte(kinetictest.TOML(cl, kinetictest.Params{PoolSize: 2, AcquireTimeout: 300})), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := px.Holder.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	second := connect(t, ctx, px.AppDSN())
+	if queryInt(t, ctx, second, "select 1")+queryInt(t, ctx, first, "select 1") != 2 {
+		t.Fatal("sessions do not answer after the resize")
 	}
 }
