@@ -71,13 +71,17 @@ func (d Dialer) Dial(ctx context.Context, addr string, cred Credentials) (*Conn,
 	if sslmode == "" {
 		sslmode = "disable"
 	}
-	cfg, err := pgconn.ParseConfigWithOptions("sslmode="+sslmode, pgconn.ParseConfigOptions{})
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return nil, fmt.Errorf("server address %q: bad port", addr)
+	}
+	// Host and port go into the connection string so that pgconn derives
+	// its TLS attempts (require: TLS only; prefer: TLS, then plaintext)
+	// for this TCP address. sslmode=require/prefer encrypt without
+	// verifying the server certificate, like libpq.
+	connString := fmt.Sprintf("host='%s' port=%s sslmode=%s", host, port, sslmode)
+	cfg, err := pgconn.ParseConfigWithOptions(connString, pgconn.ParseConfigOptions{})
 	if err != nil {
 		return nil, err
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return nil, fmt.Errorf("server address %q: bad port", addr)
 	}
 	// Environment variables (PGAPPNAME, PGOPTIONS, ...) must not leak into
 	// server sessions: the client's own startup parameters are applied later.
@@ -85,22 +89,7 @@ func (d Dialer) Dial(ctx context.Context, addr string, cred Credentials) (*Conn,
 	for k, v := range cred.Params {
 		cfg.RuntimeParams[k] = v
 	}
-	setTarget := func(c *pgconn.Config) {
-		c.Host, c.Port = host, uint16(p)
-		c.User, c.Password, c.Database = cred.User, cred.Password, cred.Database
-		if c.TLSConfig != nil {
-			// backend_tls_mode encrypts; it does not verify the server
-			// certificate (like sslmode=require in libpq).
-			c.TLSConfig = &tls.Config{InsecureSkipVerify: true, ServerName: host}
-		}
-	}
-	setTarget(cfg)
-	for _, fb := range cfg.Fallbacks {
-		fb.Host, fb.Port = host, uint16(p)
-		if fb.TLSConfig != nil {
-			fb.TLSConfig = &tls.Config{InsecureSkipVerify: true, ServerName: host}
-		}
-	}
+	cfg.User, cfg.Password, cfg.Database = cred.User, cred.Password, cred.Database
 	if d.ConnectTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.ConnectTimeout)

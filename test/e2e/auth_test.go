@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/md5"
@@ -16,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,4 +183,77 @@ func selfSigned(t *testing.T) (certFile, keyFile string) {
 func md5hex(s string) string {
 	sum := md5.Sum([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// TestBackendTLS: backend_tls_mode encrypts the proxy's server connections
+// (the server reports its own side of the link in pg_stat_ssl).
+func TestBackendTLS(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 30*time.Second)
+	enableServerSSL(t, ctx, cl.Primary)
+	for _, tc := range []struct {
+		mode string
+		want string
+	}{{"disable", "f"}, {"prefer", "t"}, {"require", "t"}} {
+		px := kinetictest.Start(t, cl, kinetictest.Params{BackendTLSMode: tc.mode})
+		c := connect(t, ctx, px.AppDSN())
+		var ssl bool
+		if err := c.QueryRow(ctx, "select ssl from pg_stat_ssl where pid = pg_backend_pid()").Scan(&ssl); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(ssl)[:1] != tc.want {
+			t.Errorf("backend_tls_mode=%s: server connection ssl = %v", tc.mode, ssl)
+		}
+		c.Close(ctx)
+	}
+}
+
+// enableServerSSL turns TLS on for s (certificate in its data directory,
+// owned by the server's OS user), by reload. Other tests are unaffected:
+// TLS stays optional for clients.
+func enableServerSSL(t *testing.T, ctx context.Context, s *pgtest.Server) {
+	t.Helper()
+	cert, key := selfSigned(t)
+	fi, err := os.Stat(s.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	for src, name := range map[string]string{cert: "kinetic-test.crt", key: "kinetic-test.key"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(s.DataDir, name)
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dst, int(st.Uid), int(st.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{
+		"alter system set ssl_cert_file = 'kinetic-test.crt'",
+		"alter system set ssl_key_file = 'kinetic-test.key'",
+		"alter system set ssl = on",
+		"select pg_reload_conf()",
+	} {
+		if err := s.Exec(ctx, q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	for {
+		v, err := s.QueryString(ctx, "show ssl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == "on" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("ssl did not turn on after reload")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

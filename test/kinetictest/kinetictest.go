@@ -39,6 +39,7 @@ type Params struct {
 	ShutdownTimeout int    // ms, default 5000
 	TLSMode         string // default disable
 	TLSCert, TLSKey string
+	BackendTLSMode  string // default disable
 	LogLevel        string // default debug
 	Primary         string // default the cluster primary
 	Replicas        []string
@@ -54,6 +55,7 @@ shutdown_timeout_ms = {{.ShutdownTimeout}}
 tls_mode = "{{.TLSMode}}"
 tls_cert_file = "{{.TLSCert}}"
 tls_key_file = "{{.TLSKey}}"
+backend_tls_mode = "{{.BackendTLSMode}}"
 
 [admin]
 users = ["app"]
@@ -107,6 +109,9 @@ func TOML(c *pgtest.Cluster, p Params) string {
 	}
 	if p.TLSMode == "" {
 		p.TLSMode = "disable"
+	}
+	if p.BackendTLSMode == "" {
+		p.BackendTLSMode = "disable"
 	}
 	if p.LogLevel == "" {
 		p.LogLevel = "debug"
