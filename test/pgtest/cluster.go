@@ -254,11 +254,9 @@ func (c *Cluster) startFresh(ctx context.Context, s *Server, settings [][2]strin
 // waitStreaming waits until standby s is in recovery and its WAL receiver
 // streams.
 func waitStreaming(ctx context.Context, s *Server) error {
-	err := pollUntil(ctx, 10*time.Millisecond, func() (bool, error) {
-		v, err := s.QueryString(ctx, `SELECT pg_is_in_recovery() AND
-			coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false)`)
-		return v == "t", err
-	}, func() string { return s.Name + " to stream from the primary" })
+	err := s.waitTrue(ctx, `SELECT pg_is_in_recovery() AND
+			coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false)`,
+		s.Name+" to stream from the primary")
 	if err != nil {
 		return fmt.Errorf("pgtest: %w\n--- tail of %s ---\n%s", err, s.LogFile, logTail(s.LogFile, 30))
 	}
@@ -298,10 +296,7 @@ func (c *Cluster) Promote(ctx context.Context, s *Server) error {
 	if err := s.Exec(ctx, "SELECT pg_promote(true, 60)"); err != nil {
 		return fmt.Errorf("pgtest: promote: %w", err)
 	}
-	err := pollUntil(ctx, 10*time.Millisecond, func() (bool, error) {
-		rec, err := s.InRecovery(ctx)
-		return err == nil && !rec, err
-	}, func() string { return s.Name + " to leave recovery" })
+	err := s.waitTrue(ctx, "SELECT NOT pg_is_in_recovery()", s.Name+" to leave recovery")
 	if err != nil {
 		return fmt.Errorf("pgtest: promote: %w", err)
 	}

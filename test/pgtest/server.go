@@ -133,11 +133,36 @@ func (s *Server) WaitReplay(ctx context.Context, lsn string) error {
 	if _, err := parseLSN(lsn); err != nil {
 		return err
 	}
-	q := fmt.Sprintf("SELECT coalesce(pg_last_wal_replay_lsn() >= '%s'::pg_lsn, false)", lsn)
+	return s.waitTrue(ctx, fmt.Sprintf("SELECT coalesce(pg_last_wal_replay_lsn() >= '%s'::pg_lsn, false)", lsn),
+		fmt.Sprintf("%s to replay up to %s", s.Name, lsn))
+}
+
+// waitTrue runs the boolean query sql every 10ms until it returns true or ctx
+// ends, on one connection (reopened if it breaks) rather than one per try.
+func (s *Server) waitTrue(ctx context.Context, sql, what string) error {
+	var conn *pgconn.PgConn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	return pollUntil(ctx, 10*time.Millisecond, func() (bool, error) {
-		v, err := s.QueryString(ctx, q)
-		return v == "t", err
-	}, func() string { return fmt.Sprintf("%s to replay up to %s", s.Name, lsn) })
+		if conn == nil {
+			c, err := pgconn.Connect(ctx, s.socketDSN("postgres"))
+			if err != nil {
+				return false, err
+			}
+			conn = c
+		}
+		res, err := conn.Exec(ctx, sql).ReadAll()
+		if err != nil {
+			if conn.IsClosed() {
+				conn = nil
+			}
+			return false, err
+		}
+		return len(res) > 0 && len(res[0].Rows) > 0 && string(res[0].Rows[0][0]) == "t", nil
+	}, func() string { return what })
 }
 
 // Running reports whether the harness's postmaster for s is alive.
