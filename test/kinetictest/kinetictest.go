@@ -43,6 +43,10 @@ type Params struct {
 	LogLevel        string // default debug
 	Primary         string // default the cluster primary
 	Replicas        []string
+	ReadRoutingMode string // default off
+	FallbackPolicy  string // default primary
+	// ReadRoutingExtra is appended inside [routes.read_routing].
+	ReadRoutingExtra string
 	// Extra is appended verbatim (more [[users]], [[routes]]...).
 	Extra string
 }
@@ -84,6 +88,13 @@ address = "{{.Primary}}"
 [[routes.replicas]]
 address = "{{.}}"
 {{end}}
+[routes.read_routing]
+read_routing_mode = "{{.ReadRoutingMode}}"
+fallback_policy = "{{.FallbackPolicy}}"
+{{.ReadRoutingExtra}}
+[routes.ha]
+replica_health_interval_ms = 200
+replica_health_timeout_ms = 150
 [routes.pool]
 size = {{.PoolSize}}
 acquire_timeout_ms = {{.AcquireTimeout}}
@@ -109,6 +120,12 @@ func TOML(c *pgtest.Cluster, p Params) string {
 	}
 	if p.TLSMode == "" {
 		p.TLSMode = "disable"
+	}
+	if p.ReadRoutingMode == "" {
+		p.ReadRoutingMode = "off"
+	}
+	if p.FallbackPolicy == "" {
+		p.FallbackPolicy = "primary"
 	}
 	if p.BackendTLSMode == "" {
 		p.BackendTLSMode = "disable"
