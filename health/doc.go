@@ -1,4 +1,38 @@
-// Package health will run one probe loop per server (role, timeline, WAL
-// positions, lag) and publish immutable verdict snapshots readers never
-// block on (SPEC §5). It is empty in this release.
+// Package health probes PostgreSQL servers and publishes what it saw as
+// immutable verdict snapshots that readers never block on (SPEC §5).
+//
+// A Checker runs one probe loop per target server address. Each loop probes
+// at once, then again every Interval; a probe is bounded by Timeout and a
+// late one fails. After a failure the loop backs off (Interval, 2·Interval,
+// 4·Interval, ... capped at MaxBackoff), but the failed verdict (unreachable)
+// is published at once. Every verdict replaces the previous one of its
+// server in a new Snapshot, swapped in whole through an atomic pointer; the
+// channel of the replaced snapshot is closed, so waiters wake on new
+// verdicts instead of sleeping.
+//
+// This release's probe (PGProber) asks pg_is_in_recovery() and the system
+// identifier on a connection kept open between probes. Deciding whether a
+// verdict makes a server eligible for a read is package freshness's job,
+// with the caller's clock; health only records what was seen and when.
+//
+// Contract:
+//   - The Checker owns its loop goroutines. NewChecker starts them,
+//     SetTargets starts and stops them, Close stops them all and returns
+//     only after they have ended and the Prober has forgotten their servers.
+//   - Snapshot, Changed and the Snapshot methods never block and are safe
+//     from any goroutine, concurrently with everything else. A Snapshot is
+//     never modified after publication; All returns a copy.
+//   - SetTargets and Close are safe to call concurrently with each other and
+//     with readers. SetTargets waits for removed loops to end; Close waits for
+//     all of them, at most about one probe's Timeout plus the Prober's
+//     Forget (PGProber: the close of a broken connection, bounded by pgconn).
+//   - No lock is held across a probe. The Prober is the only I/O; the clock
+//     and the timer are injected (Options.Clock, and a testing knob), so tests
+//     drive time instead of sleeping.
+//   - Logging is of state changes only: unreachable, reachable again, a
+//     detected role or system identifier change, a role mismatch starting or
+//     ending.
+//   - A Checker is keyed by server address: a route whose servers are probed
+//     with their own credentials and database uses its own Checker, and a
+//     PGProber serves one Checker.
 package health
