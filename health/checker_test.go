@@ -17,7 +17,9 @@ const (
 	addrC = "10.0.0.3:5432"
 )
 
-func standbyTarget(addr string) Target { return Target{Route: "main", Addr: addr, Configured: RoleStandby} }
+func standbyTarget(addr string) Target {
+	return Target{Route: "main", Addr: addr, Configured: RoleStandby}
+}
 
 func TestFirstVerdictPublished(t *testing.T) {
 	c, p, clock := testChecker(t, Options{Targets: []Target{standbyTarget(addrA)}}, nil)
