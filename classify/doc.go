@@ -1,7 +1,24 @@
-// Package classify will decide, with the real PostgreSQL parser
-// (pg_query_go), whether a unit of work is a read a replica may serve
-// (SPEC §3) and parse leading-comment hints (SPEC §4). Decisions will be
-// pure functions of the statement text and configuration, cached by text.
-// It is empty in this release: read routing is off, every unit goes to the
-// primary.
+// Package classify decides, with the real PostgreSQL parser (pg_query_go,
+// the PostgreSQL 17 grammar), what a query text does for routing (SPEC §3),
+// and reads the hints of its leading comment (SPEC §4).
+//
+// A Classifier turns a text into a Decision: one Statement per statement,
+// each a read or a write, with its transaction-control role (Tx) and the
+// session effect the router must track (Effect: a replayable setting, a pin
+// to the primary, PREPARE/EXECUTE/DEALLOCATE, DISCARD ALL, UNLISTEN). The
+// text is a read only when every statement is. A text the parser rejects is
+// a write with reason "unclassified". Function calls are sorted by name
+// into writes (nextval, pg_advisory_*, set_config, lo_*, … and the
+// configured write_functions), known-safe built-ins, and the rest, which
+// Decision.Funcs lists for the router's catalog lookup of volatility.
+//
+// Decisions are pure functions of the text and the Options: no I/O, no
+// clock. They are cached by exact text in a bounded, sharded LRU; a hit
+// neither parses nor allocates. A Classifier is safe for concurrent use;
+// nothing blocks but a short shard mutex. Returned Decisions share their
+// slices with the cache and must not be modified.
+//
+// The lists of functions live in functions.go; changing them changes
+// routing, and testdata/corpus.txt pins the expected decision of every
+// statement shape we care about.
 package classify

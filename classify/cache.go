@@ -1,0 +1,136 @@
+package classify
+
+import (
+	"hash/maphash"
+	"sync"
+)
+
+// cache is a bounded LRU of decisions keyed by exact query text, split into
+// shards by a hash of the text so that concurrent sessions rarely meet on
+// one mutex. A hit takes one shard lock, moves one entry and copies the
+// Decision header: no allocation.
+type cache struct {
+	seed   maphash.Seed
+	shards []cacheShard
+	mask   uint64
+}
+
+type cacheShard struct {
+	mu           sync.Mutex
+	m            map[string]*cacheEntry
+	root         cacheEntry // sentinel: root.next is the most recent
+	capacity     int
+	hits, misses uint64
+	_            [64]byte // keep shards' hot fields on separate cache lines
+}
+
+type cacheEntry struct {
+	key        string
+	d          Decision
+	prev, next *cacheEntry
+}
+
+// maxShards bounds the shard count; a small cache gets fewer shards so that
+// each keeps a useful number of entries.
+const (
+	maxShards      = 16
+	minShardLength = 64
+)
+
+func newCache(size int) *cache {
+	n := 1
+	for n < maxShards && size/(n*2) >= minShardLength {
+		n *= 2
+	}
+	c := &cache{seed: maphash.MakeSeed(), shards: make([]cacheShard, n), mask: uint64(n - 1)}
+	per := (size + n - 1) / n
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.m = make(map[string]*cacheEntry)
+		s.capacity = per
+		s.root.next, s.root.prev = &s.root, &s.root
+	}
+	return c
+}
+
+func (c *cache) shard(key string) *cacheShard {
+	return &c.shards[maphash.String(c.seed, key)&c.mask]
+}
+
+// get returns the cached decision for key, counting a hit or a miss.
+func (c *cache) get(key string) (Decision, bool) {
+	s := c.shard(key)
+	s.mu.Lock()
+	e, ok := s.m[key]
+	if !ok {
+		s.misses++
+		s.mu.Unlock()
+		return Decision{}, false
+	}
+	s.hits++
+	s.unlink(e)
+	s.pushFront(e)
+	d := e.d
+	s.mu.Unlock()
+	return d, true
+}
+
+// put stores d under key (which must not alias a reused buffer), evicting
+// the least recently used entry of the shard when it is full.
+func (c *cache) put(key string, d Decision) {
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.m[key]; ok { // a concurrent miss of the same text got here first
+		e.d = d
+		s.unlink(e)
+		s.pushFront(e)
+		return
+	}
+	var e *cacheEntry
+	if len(s.m) >= s.capacity {
+		e = s.root.prev // reuse the oldest entry
+		s.unlink(e)
+		delete(s.m, e.key)
+	} else {
+		e = new(cacheEntry)
+	}
+	e.key, e.d = key, d
+	s.m[key] = e
+	s.pushFront(e)
+}
+
+func (c *cache) stats() (hits, misses uint64) {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		hits += s.hits
+		misses += s.misses
+		s.mu.Unlock()
+	}
+	return hits, misses
+}
+
+func (c *cache) len() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func (s *cacheShard) unlink(e *cacheEntry) {
+	e.prev.next = e.next
+	e.next.prev = e.prev
+	e.prev, e.next = nil, nil
+}
+
+func (s *cacheShard) pushFront(e *cacheEntry) {
+	e.prev = &s.root
+	e.next = s.root.next
+	s.root.next.prev = e
+	s.root.next = e
+}

@@ -1,0 +1,270 @@
+package classify
+
+import (
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// Kind of a statement for routing.
+type Kind uint8
+
+const (
+	// KindRead may be served by a replica: SELECT without side effects,
+	// VALUES, TABLE, SHOW, EXPLAIN (without ANALYZE of anything, or ANALYZE
+	// of a read), FETCH/MOVE/CLOSE, and the session and transaction control
+	// statements whose Tx or Effect the router acts on.
+	KindRead Kind = iota
+	// KindWrite must go to the primary.
+	KindWrite
+)
+
+func (k Kind) String() string {
+	if k == KindRead {
+		return "read"
+	}
+	return "write"
+}
+
+// Tx is a statement's transaction-control role.
+type Tx uint8
+
+const (
+	TxNone Tx = iota
+	// TxBegin: BEGIN / START TRANSACTION without an access mode (it may
+	// carry ISOLATION LEVEL or DEFERRABLE). Opens a write-capable
+	// transaction.
+	TxBegin
+	// TxBeginReadOnly: BEGIN / START TRANSACTION whose last access mode is
+	// READ ONLY.
+	TxBeginReadOnly
+	// TxBeginReadWrite: BEGIN / START TRANSACTION whose last access mode is
+	// READ WRITE.
+	TxBeginReadWrite
+	// TxSetReadOnly: SET TRANSACTION READ ONLY, and SET [LOCAL]
+	// transaction_read_only = on (the same thing spelt as a variable).
+	// SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY is a session
+	// setting (EffectSet), not this.
+	TxSetReadOnly
+	// TxEnd: COMMIT, END, ROLLBACK, ABORT (Statement.Chain tells AND
+	// CHAIN), and PREPARE TRANSACTION, which ends the transaction block of
+	// the session too (it is also a write with EffectPin).
+	TxEnd
+	// TxSavepoint: SAVEPOINT, RELEASE [SAVEPOINT], ROLLBACK TO [SAVEPOINT].
+	TxSavepoint
+)
+
+var txNames = [...]string{"none", "begin", "begin_read_only", "begin_read_write", "set_read_only", "end", "savepoint"}
+
+func (t Tx) String() string {
+	if int(t) < len(txNames) {
+		return txNames[t]
+	}
+	return "tx?"
+}
+
+// Effect is a session effect the router must track.
+type Effect uint8
+
+const (
+	EffectNone Effect = iota
+	// EffectSet: SET / RESET / RESET ALL / SET ROLE / SET SESSION
+	// AUTHORIZATION / SET SESSION CHARACTERISTICS…, not LOCAL: a replayable
+	// session setting, in Statement.Setting (and MoreSettings).
+	EffectSet
+	// EffectPin pins the session to the primary: temporary tables, views
+	// and sequences, session-level advisory locks, LISTEN, DECLARE … WITH
+	// HOLD, PREPARE TRANSACTION, set_config(…, false), LOAD, and a SET
+	// whose value cannot be replayed as text.
+	EffectPin
+	// EffectDiscardAll: DISCARD ALL releases pins and clears settings and
+	// prepared statements.
+	EffectDiscardAll
+	// EffectPrepare: SQL PREPARE name AS stmt. Statement.PrepareName and
+	// Statement.Inner (the classification of stmt) are set.
+	EffectPrepare
+	// EffectExecute: SQL EXECUTE name (also under EXPLAIN). The router
+	// classifies by the remembered PREPARE, and by ParamsWrite and Funcs.
+	EffectExecute
+	// EffectDeallocate: DEALLOCATE [PREPARE] name | ALL (PrepareName "").
+	EffectDeallocate
+	// EffectUnlisten: UNLISTEN; a write that does not release a pin.
+	EffectUnlisten
+)
+
+var effectNames = [...]string{"none", "set", "pin", "discard_all", "prepare", "execute", "deallocate", "unlisten"}
+
+func (e Effect) String() string {
+	if int(e) < len(effectNames) {
+		return effectNames[e]
+	}
+	return "effect?"
+}
+
+// Reasons, in SPEC §8's vocabulary.
+const (
+	ReasonRead         = "read"
+	ReasonWrite        = "write"
+	ReasonUnclassified = "unclassified"
+)
+
+// Statement is the classification of one statement.
+type Statement struct {
+	Kind   Kind
+	Reason string // ReasonRead or ReasonWrite ("unclassified" is decided for a whole text)
+	Tx     Tx
+	Chain  bool // COMMIT/ROLLBACK AND CHAIN
+	Effect Effect
+	// Setting is set with EffectSet: what set_config(Name, Value, false)
+	// would do, or a reset (RESET name, SET name TO DEFAULT: Value "",
+	// Reset; RESET ALL: Name "" too). Names are lower case.
+	Setting Setting
+	// MoreSettings holds the further settings of one statement that sets
+	// several (SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL
+	// SERIALIZABLE, READ ONLY). Usually nil.
+	MoreSettings []Setting
+	PrepareName  string     // EffectPrepare, EffectExecute, EffectDeallocate ("" for ALL)
+	Inner        *Statement // EffectPrepare: the prepared statement's classification
+	// ParamsWrite: with EffectExecute, a parameter expression of EXECUTE
+	// itself calls a write function (EXECUTE p(nextval('s'))).
+	ParamsWrite bool
+	// Funcs lists the functions the statement calls that are in no
+	// built-in list nor in the configured ones, as PostgreSQL folds them
+	// (lower case unless quoted), unqualified, sorted and deduplicated, so
+	// the router can look up their volatility in the primary's pg_proc. A
+	// read with non-empty Funcs is a read only provisionally: the router
+	// makes it a write if any is VOLATILE. Writes carry no Funcs, except
+	// EXECUTE (its parameters).
+	Funcs []string
+}
+
+// Setting is one session setting (EffectSet).
+type Setting struct {
+	Name, Value string
+	Reset       bool
+}
+
+// Decision is the classification of one query text. It is shared with the
+// cache: callers must not modify its slices.
+type Decision struct {
+	Statements []Statement // one per statement, in order; nil when the text does not parse
+	Hints      Hints       // from the leading comment of the text, if any
+	Kind       Kind        // KindRead only when every statement is a read
+	Reason     string      // ReasonRead, ReasonWrite or ReasonUnclassified
+	Funcs      []string    // union of the statements' Funcs when Kind is KindRead; else nil
+	// Control is true when some statement has a Tx or an Effect: the
+	// router must walk Statements. When false, Kind and Funcs say all.
+	Control bool
+}
+
+// Options configure a Classifier. The zero value is usable.
+type Options struct {
+	// CacheSize is the number of texts whose decisions are kept (LRU).
+	// 0 means 10000; negative disables the cache.
+	CacheSize int
+	// MaxCachedText is the longest text (bytes) that is cached; longer ones
+	// are classified every time (bulk statements are rarely repeated and
+	// would pin memory). 0 means 64 KiB.
+	MaxCachedText int
+	// WriteFunctions (routes.read_routing.write_functions): calling any
+	// makes a statement a write. "name" matches the function in any
+	// schema; "schema.name" matches calls so qualified and unqualified
+	// calls of name. Case-insensitive.
+	WriteFunctions []string
+	// ReadOnlyFunctions (read_only_functions): known safe on a replica
+	// even if VOLATILE. "name" matches any schema, "schema.name" only calls
+	// so qualified. Built-in write functions (nextval, …) stay writes.
+	ReadOnlyFunctions []string
+}
+
+// Classifier classifies query texts. It is safe for concurrent use.
+type Classifier struct {
+	cache         *cache
+	maxCachedText int
+	uncached      atomic.Uint64 // misses of texts the cache does not take
+	fns           funcLists
+}
+
+// New returns a Classifier with the given options.
+func New(opts Options) *Classifier {
+	size := opts.CacheSize
+	if size == 0 {
+		size = 10000
+	}
+	maxText := opts.MaxCachedText
+	if maxText <= 0 {
+		maxText = 64 << 10
+	}
+	c := &Classifier{
+		maxCachedText: maxText,
+		fns:           newFuncLists(opts.WriteFunctions, opts.ReadOnlyFunctions),
+	}
+	if size > 0 {
+		c.cache = newCache(size)
+	}
+	return c
+}
+
+// Classify returns the decision for one query text (a simple-protocol
+// Query, or the text of one Parse). Decisions are cached by exact text; a
+// hit neither parses nor allocates. The returned slices are shared.
+func (c *Classifier) Classify(sql string) Decision {
+	if c.cache != nil && len(sql) <= c.maxCachedText {
+		if d, ok := c.cache.get(sql); ok {
+			return d
+		}
+		d := c.decide(sql)
+		c.cache.put(strings.Clone(sql), d)
+		return d
+	}
+	c.uncached.Add(1)
+	return c.decide(sql)
+}
+
+// Stats reports cache hits and misses (every classification that parsed).
+func (c *Classifier) Stats() (hits, misses uint64) {
+	if c.cache != nil {
+		hits, misses = c.cache.stats()
+	}
+	return hits, misses + c.uncached.Load()
+}
+
+// decide classifies a text without the cache.
+func (c *Classifier) decide(sql string) Decision {
+	hints, _ := ParseHints(sql)
+	tree, err := pg.Parse(sql)
+	if err != nil {
+		return Decision{Hints: hints, Kind: KindWrite, Reason: ReasonUnclassified}
+	}
+	d := Decision{Hints: hints, Kind: KindRead, Reason: ReasonRead}
+	if len(tree.Stmts) == 0 {
+		return d // empty or only comments: the server answers EmptyQueryResponse
+	}
+	d.Statements = make([]Statement, 0, len(tree.Stmts))
+	var funcs []string
+	for _, raw := range tree.Stmts {
+		st := c.statement(raw.GetStmt())
+		if st.Kind == KindWrite {
+			d.Kind, d.Reason = KindWrite, ReasonWrite
+		}
+		if st.Tx != TxNone || st.Effect != EffectNone {
+			d.Control = true
+		}
+		funcs = append(funcs, st.Funcs...)
+		d.Statements = append(d.Statements, st)
+	}
+	if d.Kind == KindRead {
+		d.Funcs = sortedUnique(funcs)
+	}
+	return d
+}
+
+func sortedUnique(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	slices.Sort(s)
+	return slices.Clip(slices.Compact(s))
+}

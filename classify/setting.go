@@ -1,0 +1,206 @@
+package classify
+
+import (
+	"strconv"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// listQuoteGUCs are PostgreSQL's GUC_LIST_QUOTE variables: their list
+// elements are identifiers, quoted when they need it.
+var listQuoteGUCs = toSet(
+	"search_path", "temp_tablespaces", "local_preload_libraries",
+	"session_preload_libraries", "shared_preload_libraries",
+)
+
+// setStatement classifies SET, RESET, SET TRANSACTION and SET SESSION
+// CHARACTERISTICS. All are reads; what matters is Tx or Effect.
+func setStatement(v *pg.VariableSetStmt) Statement {
+	st := read()
+	name := strings.ToLower(v.GetName())
+	switch v.GetKind() {
+	case pg.VariableSetKind_VAR_SET_MULTI:
+		switch v.GetName() {
+		case "TRANSACTION": // SET TRANSACTION …: this transaction only
+			if accessMode(v.GetArgs()) == modeReadOnly {
+				st.Tx = TxSetReadOnly
+			}
+		case "SESSION CHARACTERISTICS":
+			settings, ok := sessionCharacteristics(v.GetArgs())
+			if !ok {
+				st.Effect = EffectPin
+				return st
+			}
+			if len(settings) > 0 {
+				st.Effect = EffectSet
+				st.Setting = settings[0]
+				if len(settings) > 1 {
+					st.MoreSettings = settings[1:]
+				}
+			}
+		}
+		// TRANSACTION SNAPSHOT: this transaction only.
+		return st
+	case pg.VariableSetKind_VAR_RESET_ALL:
+		st.Effect = EffectSet
+		st.Setting = Setting{Reset: true}
+		return st
+	}
+
+	// The transaction_* variables are reset from their defaults at every
+	// transaction start: setting them is transaction-scoped whatever the
+	// spelling. SET transaction_read_only = on is SET TRANSACTION READ ONLY.
+	switch name {
+	case "transaction_read_only":
+		if v.GetKind() == pg.VariableSetKind_VAR_SET_VALUE && len(v.GetArgs()) == 1 && !defIsFalse(v.GetArgs()[0]) {
+			st.Tx = TxSetReadOnly
+		}
+		return st
+	case "transaction_isolation", "transaction_deferrable":
+		return st
+	}
+	if v.GetIsLocal() {
+		return st // SET LOCAL: ends with the transaction
+	}
+	switch v.GetKind() {
+	case pg.VariableSetKind_VAR_SET_VALUE:
+		value, ok := flattenSetArgs(name, v.GetArgs())
+		if !ok {
+			// A value we cannot reproduce as set_config text: the only
+			// safe place for the session is the server that has it.
+			st.Effect = EffectPin
+			return st
+		}
+		st.Effect = EffectSet
+		st.Setting = Setting{Name: name, Value: value}
+	case pg.VariableSetKind_VAR_SET_DEFAULT, pg.VariableSetKind_VAR_RESET:
+		st.Effect = EffectSet
+		st.Setting = Setting{Name: name, Reset: true}
+	default:
+		// VAR_SET_CURRENT (SET x FROM CURRENT) sets the current value: no
+		// change.
+	}
+	return st
+}
+
+// sessionCharacteristics maps SET SESSION CHARACTERISTICS AS TRANSACTION
+// modes to the default_transaction_* settings they change.
+func sessionCharacteristics(args []*pg.Node) ([]Setting, bool) {
+	var out []Setting
+	for _, a := range args {
+		de := a.GetDefElem()
+		if de == nil {
+			return nil, false
+		}
+		var s Setting
+		switch de.GetDefname() {
+		case "transaction_isolation":
+			c := de.GetArg().GetAConst().GetSval()
+			if c == nil {
+				return nil, false
+			}
+			s = Setting{Name: "default_transaction_isolation", Value: c.GetSval()}
+		case "transaction_read_only":
+			s = Setting{Name: "default_transaction_read_only", Value: onOff(!defIsFalse(de.GetArg()))}
+		case "transaction_deferrable":
+			s = Setting{Name: "default_transaction_deferrable", Value: onOff(!defIsFalse(de.GetArg()))}
+		default:
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	return out, true
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// flattenSetArgs renders SET's arguments as the text set_config would
+// accept for the same effect, following PostgreSQL's
+// flatten_set_variable_args: strings as they are (quoted as identifiers for
+// list variables like search_path), numbers as written, list elements
+// joined by ", ", and INTERVAL 'x' for SET TIME ZONE INTERVAL. It reports
+// false for anything it cannot reproduce exactly.
+func flattenSetArgs(name string, args []*pg.Node) (string, bool) {
+	if len(args) == 0 {
+		return "", false
+	}
+	_, listQuote := listQuoteGUCs[name]
+	var b strings.Builder
+	for i, a := range args {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		switch n := a.GetNode().(type) {
+		case *pg.Node_AConst:
+			c := n.AConst
+			switch {
+			case c.GetIsnull():
+				return "", false
+			case c.GetSval() != nil:
+				if listQuote {
+					b.WriteString(quoteIdent(c.GetSval().GetSval()))
+				} else {
+					b.WriteString(c.GetSval().GetSval())
+				}
+			case c.GetIval() != nil:
+				b.WriteString(strconv.FormatInt(int64(c.GetIval().GetIval()), 10))
+			case c.GetFval() != nil:
+				b.WriteString(c.GetFval().GetFval())
+			default:
+				return "", false
+			}
+		case *pg.Node_TypeCast:
+			// SET TIME ZONE INTERVAL 'x': the server stores
+			// INTERVAL '<interval_out of x>'. Without a typmod the timezone
+			// check re-reads it the same way; with one (HOUR TO MINUTE …)
+			// the fields kept depend on it, which we do not reproduce.
+			tc := n.TypeCast
+			s := tc.GetArg().GetAConst().GetSval()
+			if s == nil || len(tc.GetTypeName().GetTypmods()) > 0 || strings.ContainsRune(s.GetSval(), '\'') {
+				return "", false
+			}
+			b.WriteString("INTERVAL '")
+			b.WriteString(s.GetSval())
+			b.WriteString("'")
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
+// quoteIdent is PostgreSQL's quote_identifier: an identifier stays bare
+// when it is lower-case letters, digits and underscores, starts with a
+// letter or underscore, and is not a keyword other than an unreserved one
+// (asked of the real lexer).
+func quoteIdent(s string) string {
+	safe := s != ""
+	for i := 0; i < len(s) && safe; i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c == '_':
+		case c >= '0' && c <= '9':
+			safe = i > 0
+		default:
+			safe = false
+		}
+	}
+	if safe {
+		res, err := pg.Scan(s)
+		if err != nil || len(res.GetTokens()) != 1 {
+			safe = false
+		} else if k := res.GetTokens()[0].GetKeywordKind(); k != pg.KeywordKind_NO_KEYWORD && k != pg.KeywordKind_UNRESERVED_KEYWORD {
+			safe = false
+		}
+	}
+	if safe {
+		return s
+	}
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}

@@ -1,0 +1,330 @@
+package classify
+
+import (
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// cursorOptHold is CURSOR_OPT_HOLD of PostgreSQL's parsenodes.h.
+const cursorOptHold = 0x0020
+
+func read() Statement  { return Statement{Kind: KindRead, Reason: ReasonRead} }
+func write() Statement { return Statement{Kind: KindWrite, Reason: ReasonWrite} }
+
+// statement classifies one parsed statement (the Stmt of a RawStmt).
+func (c *Classifier) statement(n *pg.Node) Statement {
+	switch s := n.GetNode().(type) {
+	case nil:
+		return write() // not produced by the parser; never a read by accident
+
+	// Queries: executed, so every function call counts.
+	case *pg.Node_SelectStmt:
+		return c.query(s.SelectStmt)
+	case *pg.Node_InsertStmt:
+		return c.executed(write(), s.InsertStmt)
+	case *pg.Node_UpdateStmt:
+		return c.executed(write(), s.UpdateStmt)
+	case *pg.Node_DeleteStmt:
+		return c.executed(write(), s.DeleteStmt)
+	case *pg.Node_MergeStmt:
+		return c.executed(write(), s.MergeStmt)
+
+	case *pg.Node_ExplainStmt:
+		return c.explain(s.ExplainStmt)
+
+	// Transaction control and session settings.
+	case *pg.Node_TransactionStmt:
+		return transaction(s.TransactionStmt)
+	case *pg.Node_VariableSetStmt:
+		return setStatement(s.VariableSetStmt)
+	case *pg.Node_VariableShowStmt:
+		return read()
+	case *pg.Node_ConstraintsSetStmt: // SET CONSTRAINTS: transaction-scoped
+		return read()
+	case *pg.Node_DiscardStmt:
+		st := read()
+		if s.DiscardStmt.GetTarget() == pg.DiscardMode_DISCARD_ALL {
+			st.Effect = EffectDiscardAll
+		}
+		return st
+
+	// Prepared statements.
+	case *pg.Node_PrepareStmt:
+		inner := c.statement(s.PrepareStmt.GetQuery())
+		return Statement{
+			Kind: inner.Kind, Reason: inner.Reason, Effect: EffectPrepare,
+			PrepareName: s.PrepareStmt.GetName(), Inner: &inner, Funcs: inner.Funcs,
+		}
+	case *pg.Node_ExecuteStmt:
+		return c.execute(s.ExecuteStmt)
+	case *pg.Node_DeallocateStmt:
+		st := read()
+		st.Effect = EffectDeallocate
+		if !s.DeallocateStmt.GetIsall() {
+			st.PrepareName = s.DeallocateStmt.GetName()
+		}
+		return st
+
+	// Cursors.
+	case *pg.Node_DeclareCursorStmt:
+		st := c.statement(s.DeclareCursorStmt.GetQuery())
+		if s.DeclareCursorStmt.GetOptions()&cursorOptHold != 0 {
+			st.Effect = EffectPin
+		}
+		return st
+	case *pg.Node_FetchStmt: // FETCH and MOVE
+		return read()
+	case *pg.Node_ClosePortalStmt:
+		return read()
+
+	// Notifications.
+	case *pg.Node_ListenStmt:
+		st := write()
+		st.Effect = EffectPin
+		return st
+	case *pg.Node_UnlistenStmt:
+		st := write()
+		st.Effect = EffectUnlisten
+		return st
+	case *pg.Node_NotifyStmt:
+		return write()
+
+	// Writes whose expressions are executed (pins may hide in them).
+	case *pg.Node_CreateTableAsStmt: // CREATE TABLE AS, SELECT INTO's analysed form, CREATE MATERIALIZED VIEW
+		return c.executed(write(), s.CreateTableAsStmt)
+	case *pg.Node_CopyStmt:
+		return c.executed(write(), s.CopyStmt)
+	case *pg.Node_CallStmt:
+		return c.executed(write(), s.CallStmt)
+	case *pg.Node_DoStmt:
+		return write()
+
+	// LOAD changes the backend it runs on in ways nothing can replay.
+	case *pg.Node_LoadStmt:
+		st := write()
+		st.Effect = EffectPin
+		return st
+
+	default:
+		// DDL and every other utility statement: VACUUM, ANALYZE,
+		// CHECKPOINT, REINDEX, CLUSTER, LOCK, GRANT, CREATE …, ALTER …
+		st := write()
+		if createsTemp(s) {
+			st.Effect = EffectPin
+		}
+		var w walker // exec false: only TEMP relations count, nothing here runs
+		w.walk(n.ProtoReflect())
+		if w.temp {
+			st.Effect = EffectPin
+		}
+		return st
+	}
+}
+
+// query classifies a SELECT (also VALUES and TABLE).
+func (c *Classifier) query(sel *pg.SelectStmt) Statement {
+	w := walker{c: c, exec: true}
+	w.walk(sel.ProtoReflect())
+	st := read()
+	if w.write || w.locking || w.dml || w.into {
+		st = write()
+	}
+	if w.pin || w.temp {
+		st.Effect = EffectPin
+	}
+	if st.Kind == KindRead {
+		st.Funcs = sortedUnique(w.funcs)
+	}
+	return st
+}
+
+// executed completes st (a write) with the pins that the statement's
+// executed expressions and created relations leave behind.
+func (c *Classifier) executed(st Statement, m proto.Message) Statement {
+	w := walker{c: c, exec: true}
+	w.walk(m.ProtoReflect())
+	if w.pin || w.temp {
+		st.Effect = EffectPin
+	}
+	return st
+}
+
+// explain: without ANALYZE nothing runs, so any EXPLAIN is a read; with
+// ANALYZE the statement runs and is classified as itself. EXPLAIN EXECUTE
+// needs the prepared statement wherever it runs: it is an EXECUTE.
+func (c *Classifier) explain(e *pg.ExplainStmt) Statement {
+	if ex, ok := e.GetQuery().GetNode().(*pg.Node_ExecuteStmt); ok {
+		return c.execute(ex.ExecuteStmt)
+	}
+	if !explainAnalyze(e.GetOptions()) {
+		return read()
+	}
+	st := c.statement(e.GetQuery())
+	// EXPLAIN ANALYZE DECLARE does not create the cursor; but a pin
+	// found in the executed query stays (conservative).
+	return st
+}
+
+func explainAnalyze(opts []*pg.Node) bool {
+	on := false
+	for _, o := range opts {
+		de := o.GetDefElem()
+		if de == nil || !strings.EqualFold(de.GetDefname(), "analyze") {
+			continue
+		}
+		// Only an explicit false/off/0 turns it off; anything else is on
+		// (or an error on the server, where routing does not matter).
+		on = !defIsFalse(de.GetArg())
+	}
+	return on
+}
+
+// defIsFalse reports whether a DefElem argument is literally false.
+func defIsFalse(arg *pg.Node) bool {
+	if arg == nil {
+		return false
+	}
+	switch a := arg.GetNode().(type) {
+	case *pg.Node_String_:
+		switch strings.ToLower(a.String_.GetSval()) {
+		case "false", "off", "no", "0":
+			return true
+		}
+	case *pg.Node_Integer:
+		return a.Integer.GetIval() == 0
+	case *pg.Node_Boolean:
+		return !a.Boolean.GetBoolval()
+	case *pg.Node_AConst:
+		return aConstIsFalse(a.AConst)
+	}
+	return false
+}
+
+func aConstIsFalse(a *pg.A_Const) bool {
+	switch {
+	case a.GetBoolval() != nil:
+		return !a.GetBoolval().GetBoolval()
+	case a.GetIval() != nil:
+		return a.GetIval().GetIval() == 0
+	case a.GetSval() != nil:
+		switch strings.ToLower(a.GetSval().GetSval()) {
+		case "false", "off", "no", "f", "n", "0":
+			return true
+		}
+	}
+	return false
+}
+
+// execute: EXECUTE name [(params)]. A write until the router refines it by
+// the remembered PREPARE; its parameter expressions are checked here.
+func (c *Classifier) execute(ex *pg.ExecuteStmt) Statement {
+	st := write()
+	st.Effect = EffectExecute
+	st.PrepareName = ex.GetName()
+	w := walker{c: c, exec: true}
+	w.walk(ex.ProtoReflect())
+	st.ParamsWrite = w.write || w.dml || w.locking
+	st.Funcs = sortedUnique(w.funcs)
+	return st
+}
+
+// transaction classifies BEGIN/START/COMMIT/ROLLBACK/SAVEPOINT/… and the
+// two-phase commands.
+func transaction(t *pg.TransactionStmt) Statement {
+	st := read()
+	switch t.GetKind() {
+	case pg.TransactionStmtKind_TRANS_STMT_BEGIN, pg.TransactionStmtKind_TRANS_STMT_START:
+		switch accessMode(t.GetOptions()) {
+		case modeReadOnly:
+			st.Tx = TxBeginReadOnly
+		case modeReadWrite:
+			st.Tx = TxBeginReadWrite
+		default:
+			st.Tx = TxBegin
+		}
+	case pg.TransactionStmtKind_TRANS_STMT_COMMIT, pg.TransactionStmtKind_TRANS_STMT_ROLLBACK:
+		st.Tx = TxEnd
+		st.Chain = t.GetChain()
+	case pg.TransactionStmtKind_TRANS_STMT_SAVEPOINT, pg.TransactionStmtKind_TRANS_STMT_RELEASE,
+		pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
+		st.Tx = TxSavepoint
+	case pg.TransactionStmtKind_TRANS_STMT_PREPARE:
+		// The prepared transaction lives on the primary, and the session's
+		// transaction block ends here.
+		st = write()
+		st.Tx = TxEnd
+		st.Effect = EffectPin
+	default: // COMMIT PREPARED, ROLLBACK PREPARED
+		st = write()
+	}
+	return st
+}
+
+type accessModeT uint8
+
+const (
+	modeNone accessModeT = iota
+	modeReadOnly
+	modeReadWrite
+)
+
+// accessMode returns the last access mode among transaction options; the
+// server applies them in order, so the last wins.
+func accessMode(opts []*pg.Node) accessModeT {
+	mode := modeNone
+	for _, o := range opts {
+		de := o.GetDefElem()
+		if de == nil || de.GetDefname() != "transaction_read_only" {
+			continue
+		}
+		if defIsFalse(de.GetArg()) {
+			mode = modeReadWrite
+		} else {
+			mode = modeReadOnly
+		}
+	}
+	return mode
+}
+
+// createsTemp reports whether a utility statement creates an object in the
+// session's temporary schema by naming it (CREATE TABLE pg_temp.t, CREATE
+// FUNCTION pg_temp.f …). TEMP/TEMPORARY relations are found by the walker.
+func createsTemp(n any) bool {
+	switch n := n.(type) {
+	case *pg.Node_CreateStmt:
+		return isTempSchema(n.CreateStmt.GetRelation().GetSchemaname())
+	case *pg.Node_ViewStmt:
+		return isTempSchema(n.ViewStmt.GetView().GetSchemaname())
+	case *pg.Node_CreateSeqStmt:
+		return isTempSchema(n.CreateSeqStmt.GetSequence().GetSchemaname())
+	case *pg.Node_CompositeTypeStmt:
+		return isTempSchema(n.CompositeTypeStmt.GetTypevar().GetSchemaname())
+	case *pg.Node_CreateFunctionStmt:
+		return tempQualified(n.CreateFunctionStmt.GetFuncname())
+	case *pg.Node_DefineStmt:
+		return tempQualified(n.DefineStmt.GetDefnames())
+	case *pg.Node_CreateEnumStmt:
+		return tempQualified(n.CreateEnumStmt.GetTypeName())
+	case *pg.Node_CreateRangeStmt:
+		return tempQualified(n.CreateRangeStmt.GetTypeName())
+	case *pg.Node_CreateDomainStmt:
+		return tempQualified(n.CreateDomainStmt.GetDomainname())
+	}
+	return false
+}
+
+func isTempSchema(s string) bool {
+	return s == "pg_temp" || strings.HasPrefix(s, "pg_temp_")
+}
+
+// tempQualified reports whether a qualified name list ([catalog.]schema.name)
+// names the temporary schema.
+func tempQualified(names []*pg.Node) bool {
+	if len(names) < 2 {
+		return false
+	}
+	return isTempSchema(names[len(names)-2].GetString_().GetSval())
+}

@@ -1,0 +1,183 @@
+package classify
+
+import (
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// walker visits every node of a parse tree, in subqueries, CTEs, FROM
+// items, expressions and clauses alike, through protobuf reflection: no
+// node type can be forgotten when pg_query adds one.
+type walker struct {
+	c    *Classifier
+	exec bool // the tree's expressions run: function calls count
+
+	write   bool // a write function is called
+	pin     bool // a function leaves session state behind
+	temp    bool // a TEMP/TEMPORARY relation is created
+	locking bool // FOR UPDATE/NO KEY UPDATE/SHARE/KEY SHARE
+	dml     bool // INSERT/UPDATE/DELETE/MERGE (below a SELECT: a data-modifying CTE)
+	into    bool // SELECT … INTO
+	funcs   []string
+}
+
+func (w *walker) walk(m protoreflect.Message) {
+	if !m.IsValid() {
+		return
+	}
+	switch n := m.Interface().(type) {
+	case *pg.FuncCall:
+		if w.exec {
+			w.funcCall(n)
+		}
+	case *pg.LockingClause:
+		w.locking = true
+	case *pg.InsertStmt, *pg.UpdateStmt, *pg.DeleteStmt, *pg.MergeStmt:
+		w.dml = true
+	case *pg.IntoClause:
+		w.into = true
+	case *pg.RangeVar:
+		if n.GetRelpersistence() == "t" {
+			w.temp = true
+		}
+		return
+	case *pg.String, *pg.Integer, *pg.Float, *pg.Boolean, *pg.BitString, *pg.A_Const,
+		*pg.ColumnRef, *pg.ParamRef, *pg.A_Star, *pg.TypeName:
+		return // leaves: nothing below them matters
+	}
+	m.Range(w.field)
+}
+
+func (w *walker) field(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+	if fd.Kind() != protoreflect.MessageKind || fd.IsMap() {
+		return true
+	}
+	if fd.IsList() {
+		l := v.List()
+		for i := 0; i < l.Len(); i++ {
+			w.walk(l.Get(i).Message())
+		}
+		return true
+	}
+	w.walk(v.Message())
+	return true
+}
+
+// funcCall sorts one called function into write, safe or unknown.
+func (w *walker) funcCall(f *pg.FuncCall) {
+	names := f.GetFuncname()
+	if len(names) == 0 {
+		return
+	}
+	name := names[len(names)-1].GetString_().GetSval()
+	schema := ""
+	if len(names) >= 2 {
+		schema = names[len(names)-2].GetString_().GetSval()
+	}
+	lname, lschema := strings.ToLower(name), strings.ToLower(schema)
+	builtin := schema == "" || schema == "pg_catalog"
+
+	if w.c.fns.isWrite(lschema, lname) {
+		w.write = true
+		return
+	}
+	// Built-in write functions are matched in any schema and any case:
+	// a user function of the same name goes to the primary too.
+	if fl := builtinWrite(lname); fl != 0 {
+		w.write = true
+		if fl&fnPin != 0 && !(lname == "set_config" && setConfigIsLocal(f.GetArgs())) {
+			w.pin = true
+		}
+		return
+	}
+	if w.c.fns.isReadOnly(lschema, lname) {
+		return
+	}
+	if _, ok := safeFunctions[name]; ok && builtin {
+		return
+	}
+	w.funcs = append(w.funcs, name)
+}
+
+// setConfigIsLocal reports whether set_config's is_local argument is a
+// literal true: the setting then ends with the transaction. Anything else
+// (false, a parameter, an expression) counts as a session change.
+func setConfigIsLocal(args []*pg.Node) bool {
+	if len(args) != 3 {
+		return false
+	}
+	a := args[2].GetAConst()
+	if a == nil {
+		return false
+	}
+	if b := a.GetBoolval(); b != nil {
+		return b.GetBoolval()
+	}
+	if s := a.GetSval(); s != nil {
+		switch strings.ToLower(s.GetSval()) {
+		case "t", "true", "on", "yes", "y", "1":
+			return true
+		}
+	}
+	return false
+}
+
+// funcLists holds the configured function names.
+type funcLists struct {
+	writeAny, writeQualified, writeBare map[string]struct{}
+	readAny, readQualified              map[string]struct{}
+}
+
+func newFuncLists(writeFns, readFns []string) funcLists {
+	l := funcLists{
+		writeAny: map[string]struct{}{}, writeQualified: map[string]struct{}{}, writeBare: map[string]struct{}{},
+		readAny: map[string]struct{}{}, readQualified: map[string]struct{}{},
+	}
+	for _, n := range writeFns {
+		n = strings.ToLower(strings.TrimSpace(n))
+		if i := strings.LastIndexByte(n, '.'); i >= 0 {
+			l.writeQualified[n] = struct{}{}
+			l.writeBare[n[i+1:]] = struct{}{}
+		} else if n != "" {
+			l.writeAny[n] = struct{}{}
+		}
+	}
+	for _, n := range readFns {
+		n = strings.ToLower(strings.TrimSpace(n))
+		if strings.IndexByte(n, '.') >= 0 {
+			l.readQualified[n] = struct{}{}
+		} else if n != "" {
+			l.readAny[n] = struct{}{}
+		}
+	}
+	return l
+}
+
+// isWrite: "name" matches in any schema; "schema.name" matches calls so
+// qualified and unqualified calls of name (which may resolve to it).
+func (l *funcLists) isWrite(schema, name string) bool {
+	if _, ok := l.writeAny[name]; ok {
+		return true
+	}
+	if schema == "" {
+		_, ok := l.writeBare[name]
+		return ok
+	}
+	_, ok := l.writeQualified[schema+"."+name]
+	return ok
+}
+
+// isReadOnly: "name" matches in any schema; "schema.name" only calls so
+// qualified.
+func (l *funcLists) isReadOnly(schema, name string) bool {
+	if _, ok := l.readAny[name]; ok {
+		return true
+	}
+	if schema == "" {
+		return false
+	}
+	_, ok := l.readQualified[schema+"."+name]
+	return ok
+}
