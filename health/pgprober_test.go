@@ -1,0 +1,188 @@
+package health_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pg-kinetic/pg-kinetic/health"
+	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(leakChecked{m}) }
+
+// leakChecked fails the package when goroutines are left behind once every
+// test has run (probe loops, pgconn cleanups).
+type leakChecked struct{ m *testing.M }
+
+func (l leakChecked) Run() int {
+	code := l.m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			println("goleak: goroutines leaked after the tests:\n" + err.Error())
+			return 1
+		}
+	}
+	return code
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startChecker probes cluster's servers with the real prober, as the app
+// user, and closes checker and prober when the test ends.
+func startChecker(t *testing.T, c *pgtest.Cluster, interval, maxBackoff time.Duration) *health.Checker {
+	t.Helper()
+	targets := []health.Target{{Route: "main", Addr: c.Primary.Addr(), Configured: health.RolePrimary}}
+	for _, s := range c.Standbys {
+		targets = append(targets, health.Target{Route: "main", Addr: s.Addr(), Configured: health.RoleStandby})
+	}
+	p := health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB, "disable")
+	ch := health.NewChecker(health.Options{
+		Targets: targets, Interval: interval, Timeout: 5 * time.Second, MaxBackoff: maxBackoff, Prober: p,
+	})
+	t.Cleanup(func() {
+		ch.Close()
+		p.Close()
+	})
+	return ch
+}
+
+// waitFor waits on Changed for a snapshot where cond holds.
+func waitFor(t *testing.T, ch *health.Checker, what string, cond func(*health.Snapshot) bool) *health.Snapshot {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		s := ch.Snapshot()
+		if cond(s) {
+			return s
+		}
+		select {
+		case <-s.Changed():
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s; verdicts: %+v", what, s.All())
+		}
+	}
+}
+
+func TestPGProberDetectsRolesAndIdentity(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // runs last: after the checker and cluster close
+	c := pgtest.Shared(t)
+	ctx := ctxT(t, time.Minute)
+	wantID, err := c.Primary.QueryString(ctx, "select system_identifier::text from pg_control_system()")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ch := startChecker(t, c, 100*time.Millisecond, time.Second)
+	servers := 1 + len(c.Standbys)
+	s := waitFor(t, ch, "every server reachable", func(s *health.Snapshot) bool {
+		all := s.All()
+		for _, v := range all {
+			if !v.Reachable {
+				return false
+			}
+		}
+		return len(all) == servers
+	})
+	for _, v := range s.All() {
+		want := health.RoleStandby
+		if v.Addr == c.Primary.Addr() {
+			want = health.RolePrimary
+		}
+		if v.Detected != want || v.Configured != want || v.RoleMismatch() || v.Err != "" {
+			t.Errorf("%s: %+v, want detected %v and no mismatch", v.Addr, v, want)
+		}
+		if v.SystemID != wantID {
+			t.Errorf("%s: system id %q, want the primary's %q", v.Addr, v.SystemID, wantID)
+		}
+		if v.ProbedAt.IsZero() {
+			t.Errorf("%s: no ProbedAt", v.Addr)
+		}
+	}
+
+	// The connection stays open between probes: after several more probes
+	// the standby still has exactly one prober session.
+	st := c.Standbys[0]
+	seen := 0
+	waitFor(t, ch, "three more probes of "+st.Addr(), func(s *health.Snapshot) bool {
+		seen++
+		return seen > 3*servers
+	})
+	n, err := st.QueryString(ctx, "select count(*) from pg_stat_activity where application_name = 'pg-kinetic health'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != "1" {
+		t.Fatalf("%s prober sessions on %s, want 1 kept open", n, st.Name)
+	}
+}
+
+func TestPGProberErrors(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // runs last: after the checker and cluster close
+	c := pgtest.Shared(t)
+	ctx := ctxT(t, time.Minute)
+	tests := []struct {
+		name    string
+		prober  *health.PGProber
+		addr    string
+		wantErr string
+	}{
+		{"wrong password", health.NewPGProber(pgtest.AppUser, "wrong", pgtest.AppDB, ""), c.Primary.Addr(), "password authentication failed"},
+		{"unknown database", health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, "nosuchdb", ""), c.Primary.Addr(), "does not exist"},
+		{"TLS required, server has none", health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB, "require"), c.Primary.Addr(), "server refused TLS"},
+		{"invalid TLS mode", health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB, "sometimes"), c.Primary.Addr(), "sslmode"},
+		{"address without port", health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB, ""), "127.0.0.1", "missing port"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			defer tc.prober.Close()
+			v, err := tc.prober.Probe(ctx, tc.addr)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Probe = %+v, %v; want an error containing %q", v, err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// A standby that stops becomes unreachable at its next probe and reachable
+// again after it starts; the backoff in between is capped.
+func TestPGProberStandbyStopsAndStarts(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // runs last: after the checker and cluster close
+	c := pgtest.New(t, pgtest.Options{Standbys: 1})
+	ctx := ctxT(t, 2*time.Minute)
+	st := c.Standbys[0]
+	ch := startChecker(t, c, 50*time.Millisecond, 200*time.Millisecond)
+	verdict := func(s *health.Snapshot) health.Verdict { v, _ := s.Get(st.Addr()); return v }
+
+	up := verdict(waitFor(t, ch, "standby reachable", func(s *health.Snapshot) bool { return verdict(s).Reachable }))
+	if up.Detected != health.RoleStandby {
+		t.Fatalf("standby detected as %v", up.Detected)
+	}
+
+	if err := st.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	down := verdict(waitFor(t, ch, "stopped standby unreachable", func(s *health.Snapshot) bool { return !verdict(s).Reachable }))
+	if down.Err == "" || down.Detected != health.RoleUnknown || down.SystemID != "" {
+		t.Fatalf("unreachable verdict %+v", down)
+	}
+	if p, ok := ch.Snapshot().Get(c.Primary.Addr()); !ok || !p.Reachable {
+		t.Fatalf("primary affected by the standby's outage: %+v", p)
+	}
+
+	if err := st.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	back := verdict(waitFor(t, ch, "restarted standby reachable", func(s *health.Snapshot) bool { return verdict(s).Reachable }))
+	if back.Detected != health.RoleStandby || back.SystemID != up.SystemID || back.Err != "" {
+		t.Fatalf("after restart %+v, want the standby as before (%+v)", back, up)
+	}
+}
