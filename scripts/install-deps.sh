@@ -8,6 +8,13 @@
 #                   test/pgtest starts its own servers from them.
 #   C compiler      gcc + libc6-dev: cgo for pg_query_go and the race detector.
 #   Go              not installed here; expected on PATH or in /usr/local/go.
+#   Client drivers  for the compatibility tests in test/compat: psycopg2 and
+#                   psycopg 3 (python3-psycopg2, python3-psycopg, for Debian's
+#                   /usr/bin/python3), pgJDBC (libpostgresql-jdbc-java, i.e.
+#                   /usr/share/java/postgresql.jar) and a JDK for javac/java,
+#                   Node.js + npm, and node-postgres (`pg` from npm, pinned by
+#                   test/compat/node/package-lock.json, into
+#                   test/compat/node/node_modules).
 #
 # Runs as root, or through sudo. It never stops or reconfigures a system
 # PostgreSQL service: if the package starts a cluster on 5432, it stays; the
@@ -60,6 +67,34 @@ for bin in postgres initdb pg_basebackup psql pgbench; do
 done
 if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
 	die "no OS user 'postgres': the test harness runs PostgreSQL as that user when started as root (initdb refuses root)"
+fi
+
+# --- client drivers for test/compat ---------------------------------------
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+clients=()
+installed python3-psycopg2 || clients+=(python3-psycopg2)
+installed python3-psycopg || clients+=(python3-psycopg)
+[ -f /usr/share/java/postgresql.jar ] || clients+=(libpostgresql-jdbc-java)
+{ command -v javac >/dev/null 2>&1 && command -v java >/dev/null 2>&1; } || clients+=(default-jdk-headless)
+command -v node >/dev/null 2>&1 || clients+=(nodejs)
+# npm only when missing: NodeSource's nodejs ships its own npm and conflicts
+# with Debian's package.
+command -v npm >/dev/null 2>&1 || clients+=(npm)
+if [ ${#clients[@]} -eq 0 ]; then
+	say "client drivers (psycopg2, psycopg 3, pgJDBC, JDK, Node.js, npm) are installed"
+else
+	command -v apt-get >/dev/null 2>&1 ||
+		die "missing ${clients[*]} and no apt-get here; install them by hand (test/compat needs them)"
+	say "apt-get update"
+	as_root apt-get update -q
+	say "apt-get install ${clients[*]}"
+	as_root apt-get install -y -q --no-install-recommends "${clients[@]}" ||
+		die "apt-get install ${clients[*]} failed"
+fi
+if [ ! -d test/compat/node/node_modules/pg ]; then
+	say "npm ci in test/compat/node (node-postgres)"
+	(cd test/compat/node && npm ci --no-audit --no-fund --loglevel=error) ||
+		die "npm ci in test/compat/node failed"
 fi
 
 # --- Go --------------------------------------------------------------------
