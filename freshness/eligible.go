@@ -38,28 +38,30 @@ type Requirement struct {
 //
 // The rules, first match wins:
 //
-//  1. no verdict                                   → replica_unavailable
-//  2. unreachable at the last probe                → replica_unavailable
-//  3. configured as a standby, detected as primary → split_brain
-//  4. not configured and detected as a standby     → replica_unavailable
-//  5. now − ProbedAt > VerdictTTL                  → lag_unknown
-//  6. otherwise                                    → eligible
+//  1. no verdict (have = false)                       → replica_unavailable
+//  2. unreachable at the last probe                   → replica_unavailable
+//  3. configured as a standby, detected as a primary  → split_brain
+//  4. not both configured and detected as a standby   → replica_unavailable
+//  5. now − ProbedAt > VerdictTTL                     → lag_unknown
+//  6. otherwise                                       → eligible
 //
 // Bad news is reported whatever its age: a replica last seen down is
-// "unavailable" rather than "unknown" even while its loop backs off, and a
-// split brain stays one until a probe says otherwise. Good news counts only
-// while fresh. A verdict exactly VerdictTTL old is still fresh (SPEC: "older
-// than verdict_ttl_ms is unknown"); one stamped after now (a probe that
-// finished after the caller read its clock) is fresh.
+// "unavailable" rather than "unknown" even while its probe loop backs off
+// for longer than the TTL, and a split brain stays one until a probe says
+// otherwise. Good news counts only while fresh. A verdict exactly VerdictTTL
+// old is still fresh (SPEC: "older than verdict_ttl_ms is unknown"); one
+// stamped after now (a probe that began after the caller read its clock) is
+// fresh.
 //
-// For example, with VerdictTTL = 4.75s (the defaults: 2·2s + 750ms) and now
-// = 12:00:10.000, for a replica configured as a standby:
-//   - reachable standby probed at 12:00:08.000 (2s old)    → true, ""
-//   - reachable standby probed at 12:00:05.250 (4.75s old) → true, ""
-//   - reachable standby probed at 12:00:05.249 (4.751s old)→ false, "lag_unknown"
-//   - reachable, detected primary (promoted), 1s old      → false, "split_brain"
-//   - unreachable, probed 30s ago                         → false, "replica_unavailable"
-//   - never probed (have = false)                         → false, "replica_unavailable"
+// For example, with VerdictTTL = 4.75s (the defaults: 2·2s + 750ms),
+// now = 12:00:10.000 and a replica configured as a standby:
+//
+//	reachable standby, probed 12:00:08.000 (2s old)      → true,  ""
+//	reachable standby, probed 12:00:05.250 (4.75s old)   → true,  ""
+//	reachable standby, probed 12:00:05.249 (4.751s old)  → false, "lag_unknown"
+//	reachable primary (promoted), probed 12:00:09.000    → false, "split_brain"
+//	unreachable, probed 11:59:40.000 (30s old)           → false, "replica_unavailable"
+//	no verdict yet (have = false)                        → false, "replica_unavailable"
 //
 // Later rules (system identifier, timeline, replay LSN against the read's
 // floor, lag budget) slot in after rule 5.

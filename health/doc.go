@@ -24,8 +24,10 @@
 //     never modified after publication; All returns a copy.
 //   - SetTargets and Close are safe to call concurrently with each other and
 //     with readers. SetTargets waits for removed loops to end; Close waits for
-//     all of them, at most about one probe's Timeout plus the Prober's
-//     Forget (PGProber: the close of a broken connection, bounded by pgconn).
+//     all of them. Both cancel a probe in flight, so the wait is short: the
+//     Prober's return from a cancelled Probe plus its Forget (PGProber:
+//     closing the connection, which pgconn bounds for a server that stopped
+//     answering).
 //   - No lock is held across a probe. The Prober is the only I/O; the clock
 //     and the timer are injected (Options.Clock, and a testing knob), so tests
 //     drive time instead of sleeping.
