@@ -80,19 +80,22 @@ func python(module string) (string, bool) {
 
 // pythonClient runs script with a Python that has module (the Debian package
 // pkg provides it).
-func pythonClient(name, module, pkg, script string) func(*testing.T, context.Context, target) []byte {
-	return func(t *testing.T, ctx context.Context, tg target) []byte {
+func pythonClient(name, module, pkg, script string) func(*testing.T, context.Context) mixer {
+	return func(t *testing.T, _ context.Context) mixer {
 		t.Helper()
 		py, ok := python(module)
 		if !ok {
 			missing(t, name+" (Debian "+pkg+" for /usr/bin/python3)")
 		}
-		return runProgram(t, ctx, tg, py, script)
+		return func(t *testing.T, ctx context.Context, tg target) []byte {
+			t.Helper()
+			return runProgram(t, ctx, tg, py, script)
+		}
 	}
 }
 
 // nodeClient runs node/mix.js with node-postgres from node/node_modules.
-func nodeClient(t *testing.T, ctx context.Context, tg target) []byte {
+func nodeClient(t *testing.T, _ context.Context) mixer {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -101,14 +104,17 @@ func nodeClient(t *testing.T, ctx context.Context, tg target) []byte {
 	if _, err := os.Stat("node/node_modules/pg/package.json"); err != nil {
 		missing(t, "node-postgres (npm ci in test/compat/node)")
 	}
-	return runProgram(t, ctx, tg, node, "node/mix.js")
+	return func(t *testing.T, ctx context.Context, tg target) []byte {
+		t.Helper()
+		return runProgram(t, ctx, tg, node, "node/mix.js")
+	}
 }
 
 // pgJDBC as Debian's libpostgresql-jdbc-java installs it (SCRAM is shaded in).
 const jdbcJar = "/usr/share/java/postgresql.jar"
 
 // jdbcClient compiles jdbc/Mix.java into a temporary directory and runs it.
-func jdbcClient(t *testing.T, ctx context.Context, tg target) []byte {
+func jdbcClient(t *testing.T, ctx context.Context) mixer {
 	t.Helper()
 	javac, err1 := exec.LookPath("javac")
 	java, err2 := exec.LookPath("java")
@@ -124,5 +130,8 @@ func jdbcClient(t *testing.T, ctx context.Context, tg target) []byte {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("javac jdbc/Mix.java: %v\n%s", err, out)
 	}
-	return runProgram(t, ctx, tg, java, "-cp", dir+string(os.PathListSeparator)+jdbcJar, "Mix")
+	return func(t *testing.T, ctx context.Context, tg target) []byte {
+		t.Helper()
+		return runProgram(t, ctx, tg, java, "-cp", dir+string(os.PathListSeparator)+jdbcJar, "Mix")
+	}
 }

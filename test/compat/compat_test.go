@@ -135,12 +135,16 @@ func (tg target) env() []string {
 	}
 }
 
-// A client runs its mix against tg and returns its JSON lines. It fails or
-// skips t itself when its runtime is missing or it does not run to the end.
+// A client is one driver's mix. prepare finds (and, for Java, compiles) the
+// program before any server is touched, skipping or failing t when its
+// runtime is missing; the mixer it returns runs the mix against tg and
+// returns the JSON lines, failing t when the program does not run to the end.
 type client struct {
-	name string // as in the "client" field of its lines
-	run  func(t *testing.T, ctx context.Context, tg target) []byte
+	name    string // as in the "client" field of its lines
+	prepare func(t *testing.T, ctx context.Context) mixer
 }
+
+type mixer func(t *testing.T, ctx context.Context, tg target) []byte
 
 func clients() []client {
 	return []client{
@@ -148,7 +152,7 @@ func clients() []client {
 		{"psycopg3", pythonClient("psycopg3", "psycopg", "python3-psycopg", "psycopg3/mix.py")},
 		{"node-postgres", nodeClient},
 		{"jdbc", jdbcClient},
-		{"pgx", pgxClient},
+		{"pgx", func(*testing.T, context.Context) mixer { return pgxClient }},
 	}
 }
 
@@ -161,9 +165,10 @@ func TestClients(t *testing.T) {
 }
 
 func testClient(t *testing.T, cl client) {
-	c := pgtest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
+	run := cl.prepare(t, ctx)
+	c := pgtest.Shared(t)
 
 	table := fmt.Sprintf("compat_%s_%d", strings.ReplaceAll(cl.name, "-", "_"), time.Now().UnixNano())
 	createSeed(t, ctx, c, table)
@@ -183,7 +188,7 @@ func testClient(t *testing.T, cl client) {
 		awaitReplicaRoute(t, ctx, c, px)
 	}
 
-	out := cl.run(t, ctx, target{
+	out := run(t, ctx, target{
 		Host: "127.0.0.1", Port: px.Port(),
 		User: pgtest.AppUser, Password: pgtest.AppPassword, DB: pgtest.AppDB,
 		Table: table,
