@@ -60,7 +60,7 @@ func (s *Server) handle(nc net.Conn) {
 		err = ss.connect()
 	}
 	if err != nil {
-		ss.reject(err)
+		ss.rejectStartup(err)
 		return
 	}
 	nc.SetDeadline(time.Time{})
@@ -102,7 +102,7 @@ func (ss *session) admit() (isCancel bool, err error) {
 			ss.srv.cancel(cancelKey{pid: cr.ProcessID, secret: binary.BigEndian.Uint32(padSecret(cr.SecretKey))})
 			return true, nil
 		default:
-			return false, ss.startup(body)
+			return false, ss.readStartup(body)
 		}
 	}
 }
@@ -151,7 +151,7 @@ func (ss *session) answerSSL() error {
 
 // startup decodes the StartupMessage and checks what can be checked before
 // authentication.
-func (ss *session) startup(body []byte) error {
+func (ss *session) readStartup(body []byte) error {
 	var sm pgproto3.StartupMessage
 	if err := sm.Decode(body); err != nil {
 		major := binary.BigEndian.Uint32(body[:4]) >> 16
@@ -190,7 +190,7 @@ func (ss *session) startup(body []byte) error {
 			"pg-kinetic: SSL connection is required for user %q, database %q (tls_mode = require)", ss.user, ss.database)
 	}
 	var err error
-	if ss.settings, err = startupSettings(sm.Parameters); err != nil {
+	if ss.startup, err = startupSettings(sm.Parameters); err != nil {
 		return err
 	}
 	return nil
@@ -204,7 +204,7 @@ func (e errClientGone) Error() string { return "client connection: " + e.err.Err
 func (e errClientGone) Unwrap() error { return e.err }
 
 // reject reports err to the client (unless it is gone) and logs it.
-func (ss *session) reject(err error) {
+func (ss *session) rejectStartup(err error) {
 	var gone errClientGone
 	if errors.As(err, &gone) {
 		if !errors.Is(err, io.EOF) {

@@ -42,11 +42,15 @@ func (s *Server) cancel(k cancelKey) {
 		return
 	}
 	ss.mu.Lock()
-	srv := ss.server
+	l := ss.cur
+	if l == nil {
+		l = ss.primary
+	}
 	ss.mu.Unlock()
-	if srv == nil {
+	if l == nil {
 		return
 	}
+	srv := l.conn
 	if err := sendCancel(srv.Addr, srv.PID, srv.SecretKey, s.opts.connectTimeout); err != nil {
 		ss.log.Warn("relaying cancel request failed", zap.String("server", srv.Addr), zap.Error(err))
 	}

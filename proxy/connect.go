@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
 
+	"github.com/pg-kinetic/pg-kinetic/classify"
 	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
@@ -23,19 +26,28 @@ func (ss *session) connect() error {
 	}
 	ss.route = route
 	d := decideSessionServer(route)
-	srv, p, err := ss.acquire(d.address)
+	srv, p, err := ss.acquire(d.addr)
 	if err != nil {
 		return err
 	}
-	if q := settingsQuery(ss.settings); q != "" {
+	if q := settingsQuery(ss.startup); q != "" {
 		if err := srv.Exec(q, nil); err != nil {
 			ss.releaseServer(srv, p, true)
 			return err
 		}
 	}
-	ss.mu.Lock()
-	ss.server, ss.srvPool = srv, p
-	ss.mu.Unlock()
+	ss.primary = newLink(srv, p, false)
+	ss.settingsGen, ss.primary.settingsGen = 1, 1
+	ss.replicas = map[string]*link{}
+	ss.stmts = map[string]stmtInfo{}
+	ss.sqlPrepared = map[string]sqlPrep{}
+	ss.cond = sync.NewCond(&ss.mu)
+	if r := ss.srv.routing.Load(); r != nil {
+		ss.classifier = r.classifiers[route.Name]
+	}
+	if ss.classifier == nil {
+		ss.classifier = classify.New(classify.Options{})
+	}
 	ss.key = ss.srv.registerCancelKey(ss, srv.PID)
 
 	msgs := make([]interface{ Encode([]byte) ([]byte, error) }, 0, 24)
@@ -130,4 +142,4 @@ func (ss *session) releaseServer(c *pool.Conn, p *pool.Pool, clean bool) {
 	}
 }
 
-func quoteIdent(s string) string { return `"` + s + `"` }
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

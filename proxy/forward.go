@@ -1,21 +1,25 @@
 package proxy
 
 import (
+	"bufio"
 	"errors"
 	"io"
-	"os"
-	"time"
+	"math/rand/v2"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
 
+	"github.com/pg-kinetic/pg-kinetic/classify"
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
-	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
-// errInterrupted reports that the server reader was stopped by the session
-// between two messages, leaving the server connection's stream intact.
-var errInterrupted = errors.New("server reader interrupted at a message boundary")
+// maxBatchBytes bounds how much of an extended-protocol batch the proxy
+// holds to classify it before choosing a server. A batch that grows past
+// it (huge statements or parameters) goes to the primary unclassified and
+// the rest streams through.
+const maxBatchBytes = 1 << 20
 
 // frontendLimit returns the body limit of a frontend message type in the
 // relay phase, and false for a type a client may not send there. The limits
@@ -30,53 +34,81 @@ func frontendLimit(t byte) (int, bool) {
 	return 0, false
 }
 
-// serve relays the session until the client leaves, the server connection
-// fails, or the session is killed; then it returns the server connection
-// to its pool when the connection is provably idle, and closes it otherwise.
+// classified is one statement string of a unit with its classification.
+type classified struct {
+	text string
+	classify.Decision
+}
+
+// batch is the client messages of one unit, held until a Sync, Query,
+// FunctionCall or Flush says where the unit ends.
+type batch struct {
+	buf  []byte
+	msgs []batchMsg
+}
+
+type batchMsg struct {
+	typ        byte
+	start, end int // body in buf
+}
+
+func (b *batch) add(typ byte, body []byte) {
+	start := len(b.buf)
+	b.buf = append(b.buf, body...)
+	b.msgs = append(b.msgs, batchMsg{typ: typ, start: start, end: len(b.buf)})
+}
+
+// read appends the body of the message h from r, without a copy.
+func (b *batch) read(r *bufio.Reader, h wire.Header) error {
+	start := len(b.buf)
+	b.buf = slices.Grow(b.buf, h.Len)[:start+h.Len]
+	if _, err := io.ReadFull(r, b.buf[start:]); err != nil {
+		b.buf = b.buf[:start]
+		return err
+	}
+	b.msgs = append(b.msgs, batchMsg{typ: h.Type, start: start, end: len(b.buf)})
+	return nil
+}
+
+func (b *batch) body(m batchMsg) []byte { return b.buf[m.start:m.end] }
+
+func (b *batch) reset() {
+	b.buf = b.buf[:0]
+	b.msgs = b.msgs[:0]
+}
+
+// serve relays the session until the client leaves, a server connection it
+// depends on fails, or the session is killed; then it returns each server
+// connection to its pool when provably idle, and closes it otherwise.
 func (ss *session) serve() {
-	ss.mu.Lock()
-	srv, p := ss.server, ss.srvPool
-	ss.mu.Unlock()
-
-	readerDone := make(chan error, 1)
-	go func() { readerDone <- ss.serverToClient(srv) }()
-
-	atBoundary, err := ss.clientToServer(srv)
+	ss.attach(ss.primary)
+	atBoundary, err := ss.clientToServer()
 	var ce *clientError
 	if errors.As(err, &ce) {
 		ss.log.Info("closing client connection", zap.Error(err))
 		ss.kill(ce)
 	}
-
-	// Stop the server reader; it leaves the stream intact only if it was
-	// waiting for a message header.
-	srv.SetReadDeadline(time.Now())
-	rerr := <-readerDone
-	srv.SetReadDeadline(time.Time{})
-
 	ss.mu.Lock()
-	idle := ss.idleLocked()
-	pending := ss.pending
-	ss.server, ss.srvPool = nil, nil
-	ss.mu.Unlock()
-
-	clean := atBoundary && idle && errors.Is(rerr, errInterrupted)
-	if !clean && pending > 0 && !errors.Is(rerr, errServerGone) {
-		// The client left mid-query: stop the query instead of letting it
-		// run on a connection nobody reads.
-		sendCancel(srv.Addr, srv.PID, srv.SecretKey, ss.srv.opts.connectTimeout)
+	links := []*link{ss.primary}
+	for _, l := range ss.replicas {
+		links = append(links, l)
 	}
-	ss.releaseServer(srv, p, clean)
+	ss.mu.Unlock()
+	for _, l := range links {
+		ss.detach(l, atBoundary)
+	}
 	ss.kill(nil)
 	if ss.counted {
 		ss.srv.clients.Add(-1)
 	}
 }
 
-// clientToServer relays client messages to srv until the client sends
-// Terminate or fails. atBoundary is false when it stopped inside a message,
-// which leaves the server connection unusable.
-func (ss *session) clientToServer(srv *pool.Conn) (atBoundary bool, err error) {
+// clientToServer reads client messages, groups them into units, routes
+// each unit and writes it to its server. atBoundary is false when it
+// stopped inside a message, which leaves that server connection unusable.
+func (ss *session) clientToServer() (atBoundary bool, err error) {
+	var b batch
+	skip := false // after a rejected open batch: drop messages until Sync
 	for {
 		h, err := wire.ReadHeader(ss.r)
 		if err != nil {
@@ -92,139 +124,510 @@ func (ss *session) clientToServer(srv *pool.Conn) (atBoundary bool, err error) {
 		if h.Len > limit {
 			return true, protocolViolation("invalid message length")
 		}
-		if h.Type == 'X' {
+		if h.Type == 'X' || ss.isKilled() {
 			return true, nil
 		}
-		ss.mu.Lock()
-		if ss.killed {
-			ss.mu.Unlock()
-			return true, nil
-		}
-		switch h.Type {
-		case 'Q', 'F':
-			ss.pending++
-		case 'S':
-			ss.pending++
-			ss.unsynced = false
-		case 'P', 'B', 'E', 'D', 'C':
-			ss.unsynced = true
-		}
-		ss.mu.Unlock()
-
-		if err := wire.WriteHeader(srv.W, h); err != nil {
-			return false, errServerGone
-		}
-		if err := wire.Copy(srv.W, ss.r, h.Len); err != nil {
-			var we *wire.WriteError
-			if errors.As(err, &we) {
-				return false, errServerGone
+		if skip {
+			if err := wire.Discard(ss.r, h.Len); err != nil {
+				return false, errClientGone{err}
 			}
+			if h.Type == 'S' {
+				skip = false
+				if err := ss.send(&pgproto3.ReadyForQuery{TxStatus: ss.txStatus()}); err != nil {
+					return true, errClientGone{err}
+				}
+			}
+			continue
+		}
+
+		// Messages of a unit already routed (after a Flush, or an
+		// oversized batch), and COPY data, follow their unit's server.
+		if ss.stream != nil || len(b.msgs) == 0 && (h.Type == 'd' || h.Type == 'c' || h.Type == 'f') {
+			l := ss.stream
+			if l == nil {
+				l = ss.curLink()
+			}
+			if err := ss.forwardStreamed(l, h); err != nil {
+				return false, err
+			}
+			if h.Type == 'S' || h.Type == 'Q' {
+				ss.stream = nil
+			}
+			continue
+		}
+
+		if len(b.buf)+h.Len > maxBatchBytes {
+			// Too big to hold: route what we have as unclassifiable and
+			// stream the rest of the unit.
+			l, err := ss.routeBatch(&b, true, true)
+			if err != nil || l == nil {
+				return true, err
+			}
+			b.reset()
+			ss.stream = l
+			if err := ss.forwardStreamed(l, h); err != nil {
+				return false, err
+			}
+			if h.Type == 'S' || h.Type == 'Q' {
+				ss.stream = nil
+			}
+			continue
+		}
+		if err := b.read(ss.r, h); err != nil {
 			return false, errClientGone{err}
 		}
-		if ss.r.Buffered() == 0 {
-			if err := srv.W.Flush(); err != nil {
-				return false, errServerGone
+		switch h.Type {
+		case 'S', 'Q', 'F', 'H':
+			open := h.Type == 'H'
+			l, err := ss.routeBatch(&b, open, false)
+			if err != nil {
+				return true, err
+			}
+			b.reset()
+			if l == nil && open {
+				skip = true // rejected: the server would skip to Sync too
+			}
+			if l != nil && open {
+				ss.stream = l
 			}
 		}
 	}
 }
 
-// errServerGone reports a failed server connection.
-var errServerGone = errors.New("server connection lost")
+// txStatus is the transaction status to report in a proxy-made
+// ReadyForQuery.
+func (ss *session) txStatus() byte {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.tx
+}
 
-// serverToClient relays server messages to the client. It tracks
-// ReadyForQuery (pending count, transaction status) and ParameterStatus,
-// and ends the session when the server connection fails.
-func (ss *session) serverToClient(srv *pool.Conn) error {
-	var body []byte
-	sawFatal := false
+func (ss *session) curLink() *link {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.cur != nil {
+		return ss.cur
+	}
+	return ss.primary
+}
+
+// forwardStreamed relays one message of an already routed unit, reading
+// small bodies for statement bookkeeping and streaming large ones.
+func (ss *session) forwardStreamed(l *link, h wire.Header) error {
+	if h.Len <= maxBatchBytes && h.Type != 'd' {
+		body, err := wire.ReadBody(ss.r, h.Len, nil)
+		if err != nil {
+			return errClientGone{err}
+		}
+		var b batch
+		b.add(h.Type, body)
+		return ss.write(l, &b)
+	}
+	ss.count(l, h.Type)
+	if err := wire.WriteHeader(l.conn.W, h); err != nil {
+		return errServerGone
+	}
+	if err := wire.Copy(l.conn.W, ss.r, h.Len); err != nil {
+		var we *wire.WriteError
+		if errors.As(err, &we) {
+			return errServerGone
+		}
+		return errClientGone{err}
+	}
+	if ss.r.Buffered() == 0 {
+		if err := l.conn.W.Flush(); err != nil {
+			return errServerGone
+		}
+	}
+	return nil
+}
+
+// count updates the session's response accounting for a client message
+// written to l.
+func (ss *session) count(l *link, typ byte) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	switch typ {
+	case 'Q', 'F':
+		ss.pending++
+		l.batches++
+	case 'S':
+		ss.pending++
+		l.batches++
+		ss.unsynced = false
+	case 'P', 'B', 'E', 'D', 'C':
+		ss.unsynced = true
+	}
+	ss.cur = l
+}
+
+// write forwards a batch's messages to l, preceded by whatever l needs to
+// run them (settings, statements, a deferred BEGIN), and flushes.
+func (ss *session) write(l *link, b *batch) error {
+	for _, m := range b.msgs {
+		body := b.body(m)
+		if err := ss.trackFrontend(l, m.typ, body); err != nil {
+			return errServerGone
+		}
+		ss.count(l, m.typ)
+		if err := wire.WriteHeader(l.conn.W, wire.Header{Type: m.typ, Len: len(body)}); err != nil {
+			return errServerGone
+		}
+		if _, err := l.conn.W.Write(body); err != nil {
+			return errServerGone
+		}
+	}
+	if err := l.conn.W.Flush(); err != nil {
+		return errServerGone
+	}
+	return nil
+}
+
+// routeBatch decides where a unit goes and sends it there. open means the
+// unit continues after b (Flush, or oversized). It returns the link used,
+// or nil when the proxy answered the unit itself (a rejection, a local
+// command, a deferred BEGIN).
+func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
+	u, decisions := ss.analyze(b, oversized)
+
+	if !open && len(b.msgs) == 1 && b.msgs[0].typ == 'Q' {
+		if handled, err := ss.answerLocally(b, decisions); handled || err != nil {
+			return nil, err
+		}
+	}
+
+	var d decision
+	var l *link
+	tried := map[string]bool{}
 	for {
-		h, err := wire.ReadHeader(srv.R)
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && srv.R.Buffered() == 0 {
-				return errInterrupted
+		ss.mu.Lock()
+		for ss.pending > 0 && !ss.killed && ss.cur != nil && !ss.cur.dead {
+			s := ss.sessionInfoLocked()
+			d = ss.decideLocked(s, u, tried)
+			if d.target != targetRejected && ss.cur == ss.linkFor(d) {
+				break // same server: pipelining may continue
 			}
-			ss.serverFailed(srv, err, sawFatal)
-			return errServerGone
+			ss.cond.Wait() // results from another server are still arriving
 		}
-		closeNow := false
-		ss.wmu.Lock()
-		werr := wire.WriteHeader(ss.w, h)
-		switch {
-		case werr != nil:
-		case h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' && h.Len <= wire.MaxSmallBodyLen*100:
-			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
-				break
+		if ss.killed {
+			ss.mu.Unlock()
+			return nil, nil
+		}
+		s := ss.sessionInfoLocked()
+		d = ss.decideLocked(s, u, tried)
+		ss.mu.Unlock()
+
+		if d.target == targetRejected {
+			return nil, ss.reject(d, open)
+		}
+		if d.target == targetPrimary {
+			l = ss.primary
+			break
+		}
+		var err error
+		l, err = ss.replicaLink(d.addr)
+		if err == nil {
+			break
+		}
+		// The replica refused: skip it for a while and decide again, with
+		// the same unit, elsewhere (fallback_policy applies).
+		tried[d.addr] = true
+		ss.log.Info("replica unavailable for a read; trying elsewhere", zap.String("server", d.addr), zap.Error(err))
+	}
+
+	if err := ss.prepareLink(l, decisions); err != nil {
+		return nil, err
+	}
+	ss.recordRoute(d, decisions)
+	if err := ss.write(l, b); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// sessionInfoLocked snapshots what decide needs. Callers hold ss.mu.
+func (ss *session) sessionInfoLocked() sessionInfo {
+	s := sessionInfo{
+		mode:     ss.route.ReadRouting.ReadRoutingMode,
+		fallback: ss.route.ReadRouting.FallbackPolicy,
+		inTx:     ss.tx != 'I' && ss.deferred == "",
+		pinned:   ss.pinned,
+	}
+	if ss.cur != nil && (ss.pending > 0 || s.inTx) {
+		s.cur, s.curReplica = ss.cur.addr, ss.cur.replica
+	}
+	return s
+}
+
+func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool) decision {
+	cands := ss.srv.candidates(ss.route)
+	for i := range cands {
+		if tried[cands[i].addr] {
+			cands[i].eligible, cands[i].reason = false, reasonReplicaUnavailable
+		}
+	}
+	if ss.deferred != "" && !u.txStart {
+		// A plain BEGIN opened a write-capable transaction.
+		return decision{target: targetPrimary, reason: reasonWrite}
+	}
+	return decide(s, u, cands, rand.Float64())
+}
+
+// linkFor is the attached link a decision names, nil if not attached.
+// Callers hold ss.mu.
+func (ss *session) linkFor(d decision) *link {
+	if d.target == targetPrimary {
+		return ss.primary
+	}
+	return ss.replicas[d.addr]
+}
+
+// analyze classifies a batch's statements into what the router needs.
+func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
+	u := unitInfo{read: true}
+	var ds []*classified
+	if oversized {
+		u.read, u.reason = false, reasonUnclassified
+	}
+	local := map[string]string{} // statements parsed in this batch
+	use := func(query string) {
+		c := &classified{text: query, Decision: ss.classifier.Classify(query)}
+		ds = append(ds, c)
+		ss.merge(&u, &c.Decision, len(ds) == 1)
+	}
+	for _, m := range b.msgs {
+		body := b.body(m)
+		switch m.typ {
+		case 'Q':
+			use(string(body[:max(len(body)-1, 0)]))
+		case 'P':
+			name, query, err := parseNames(body)
+			if err != nil {
+				u.read, u.reason = false, reasonUnclassified
+				continue
 			}
-			_, werr = ss.w.Write(body)
-			switch h.Type {
-			case 'Z':
-				if len(body) == 1 {
-					ss.mu.Lock()
-					ss.pending--
-					ss.tx = body[0]
-					closeNow = ss.draining && ss.idleLocked()
-					ss.mu.Unlock()
+			local[name] = query
+			use(query)
+		case 'B':
+			name, err := bindStatement(body)
+			if err != nil {
+				u.read, u.reason = false, reasonUnclassified
+				continue
+			}
+			if q, ok := local[name]; ok {
+				_ = q // classified with its Parse
+				continue
+			}
+			if name == "" && ss.unnamed.parse != nil {
+				use(ss.unnamed.query)
+			} else if st, ok := ss.stmts[name]; ok {
+				use(st.query)
+			} else {
+				u.read, u.reason = false, reasonUnclassified
+			}
+		case 'F':
+			u.read, u.reason = false, reasonWrite
+		}
+	}
+	return u, ds
+}
+
+// merge folds one statement string's classification into the unit.
+func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
+	if d.Hints.Primary {
+		u.hintPrim = true
+	}
+	read, reason := d.Kind == classify.KindRead, d.Reason
+	if len(d.Statements) > 0 {
+		read, reason = true, ""
+	}
+	for i, st := range d.Statements {
+		stRead, stReason := st.Kind == classify.KindRead, st.Reason
+		switch st.Tx {
+		case classify.TxBegin, classify.TxBeginReadWrite:
+			stRead, stReason = false, reasonWrite
+		case classify.TxBeginReadOnly:
+			if first && i == 0 {
+				u.txStart = true
+			}
+		case classify.TxSetReadOnly:
+			if first && i == 0 && ss.deferred != "" {
+				u.txStart = true
+			}
+		}
+		switch st.Effect {
+		case classify.EffectPin:
+			u.pinEffect = true
+		case classify.EffectExecute:
+			p, ok := ss.sqlPrepared[st.PrepareName]
+			stRead = ok && p.inner == classify.KindRead
+			stReason = reasonWrite
+		case classify.EffectPrepare:
+			if len(d.Statements) > 1 {
+				u.pinEffect = true // its text cannot be replayed on its own
+			}
+		}
+		if !stRead && read {
+			read, reason = false, stReason
+		}
+	}
+	if read && len(d.Funcs) > 0 && ss.srv.anyVolatile(ss, d.Funcs) {
+		read, reason = false, reasonWrite
+	}
+	if !read && u.read {
+		u.read = false
+		if reason == "" || reason == reasonRead {
+			reason = reasonWrite
+		}
+		u.reason = reason
+	}
+}
+
+// recordRoute remembers a unit's route for SHOW pg_kinetic.last_route and
+// the session's pinning effects.
+func (ss *session) recordRoute(d decision, ds []*classified) {
+	target := d.target
+	ss.lastRoute = "target=" + target + " reason=" + d.reason + " lag_ms=0"
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, dec := range ds {
+		for _, st := range dec.Statements {
+			switch st.Effect {
+			case classify.EffectPin:
+				ss.pinned = reasonSessionPinned
+			case classify.EffectSet, classify.EffectDiscardAll:
+				ss.effects = append(ss.effects, effect{kind: st.Effect, setting: st.Setting})
+			case classify.EffectPrepare:
+				if len(dec.Statements) == 1 && st.Inner != nil {
+					ss.sqlPrepared[st.PrepareName] = sqlPrep{text: strings.TrimSpace(dec.text), inner: st.Inner.Kind}
 				}
-			case 'S':
-				var ps pgproto3.ParameterStatus
-				if ps.Decode(body) == nil {
-					srv.Params[ps.Name] = ps.Value
+			case classify.EffectDeallocate:
+				if st.PrepareName == "" {
+					ss.sqlPrepared = map[string]sqlPrep{}
+					ss.stmts = map[string]stmtInfo{}
+					ss.unnamed = stmtInfo{}
+				} else {
+					delete(ss.sqlPrepared, st.PrepareName)
 				}
-			case 'E':
-				sawFatal = isFatal(body)
 			}
-		default:
-			err = wire.Copy(ss.w, srv.R, h.Len)
-			var we *wire.WriteError
-			if errors.As(err, &we) {
-				werr, err = we.Err, nil
-			}
-		}
-		if werr == nil && err == nil && srv.R.Buffered() == 0 {
-			werr = ss.w.Flush()
-		}
-		ss.wmu.Unlock()
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return err // interrupted mid-message: the stream is unusable
-			}
-			ss.serverFailed(srv, err, sawFatal)
-			return errServerGone
-		}
-		if werr != nil {
-			// The client is gone; the session goroutine sees it too.
-			ss.conn.Close()
-			return werr
-		}
-		if closeNow {
-			ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
-			return errInterrupted
 		}
 	}
 }
 
-// serverFailed ends the session after its server connection failed. If
-// the server already told the client why (a FATAL ErrorResponse, as for
-// pg_terminate_backend), nothing is added.
-func (ss *session) serverFailed(srv *pool.Conn, err error, toldClient bool) {
-	srv.MarkBroken()
-	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		ss.log.Warn("server connection failed", zap.String("server", srv.Addr), zap.Error(err))
+// prepareLink brings l in line with the session before a unit runs there:
+// settings, SQL prepared statements, a deferred BEGIN. What it sends is
+// injected (its responses never reach the client).
+func (ss *session) prepareLink(l *link, ds []*classified) error {
+	ss.mu.Lock()
+	gen, dgen := ss.settingsGen, ss.discardGen
+	ss.mu.Unlock()
+	if l.discardGen != dgen {
+		if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE ALL"}, 'Z'); err != nil {
+			return errServerGone
+		}
+		l.prepared, l.sqlPrepared, l.unnamed = map[string]string{}, map[string]string{}, ""
+		l.discardGen = dgen
 	}
-	if toldClient {
-		ss.kill(nil)
+	if l.settingsGen != gen {
+		q := "RESET ALL"
+		if s := settingsQuery(ss.effectiveSettings()); s != "" {
+			q += "; " + s
+		}
+		if err := ss.inject(l, &pgproto3.Query{String: q}, 'Z'); err != nil {
+			return errServerGone
+		}
+		l.settingsGen = gen
+	}
+	for _, d := range ds {
+		if err := ss.ensureSQLPrepared(l, &d.Decision); err != nil {
+			return errServerGone
+		}
+	}
+	if ss.deferred != "" {
+		if err := ss.inject(l, &pgproto3.Query{String: ss.deferred}, 'Z'); err != nil {
+			return errServerGone
+		}
+		ss.deferred = ""
+	}
+	return nil
+}
+
+// effectiveSettings is the startup settings followed by the session's SETs.
+func (ss *session) effectiveSettings() []setting {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	out := make([]setting, 0, len(ss.startup)+len(ss.session))
+	out = append(out, ss.startup...)
+	return append(out, ss.session...)
+}
+
+// unitEnded applies the effects of a unit that reached an idle point.
+// Callers hold ss.mu.
+func (ss *session) unitEnded() {
+	ok := !ss.unitErr && ss.lastTag != "ROLLBACK"
+	if ok && len(ss.effects) > 0 {
+		for _, e := range ss.effects {
+			switch e.kind {
+			case classify.EffectSet:
+				ss.applySetting(e.setting)
+			case classify.EffectDiscardAll:
+				ss.session = nil
+				ss.pinned = ""
+				ss.stmts = map[string]stmtInfo{}
+				ss.unnamed = stmtInfo{}
+				ss.sqlPrepared = map[string]sqlPrep{}
+				ss.discardGen++
+				if ss.cur != nil {
+					ss.cur.prepared, ss.cur.sqlPrepared, ss.cur.unnamed = map[string]string{}, map[string]string{}, ""
+					ss.cur.discardGen = ss.discardGen
+				}
+			}
+		}
+		ss.settingsGen++
+		if ss.cur != nil {
+			// The server that ran them has them; with DISCARD ALL it lost
+			// the startup settings too, so it is resynchronised like others.
+			if !hasDiscard(ss.effects) {
+				ss.cur.settingsGen = ss.settingsGen
+			}
+		}
+	}
+	ss.effects = ss.effects[:0]
+	ss.unitErr = false
+}
+
+func hasDiscard(es []effect) bool {
+	for _, e := range es {
+		if e.kind == classify.EffectDiscardAll {
+			return true
+		}
+	}
+	return false
+}
+
+// applySetting records a SET/RESET in the session's settings. Callers hold
+// ss.mu.
+func (ss *session) applySetting(s classify.Setting) {
+	name := strings.ToLower(s.Name)
+	if s.Reset && name == "" { // RESET ALL
+		ss.session = nil
 		return
 	}
-	ss.kill(&clientError{severity: "FATAL", code: codeConnectionFailure,
-		message: "pg-kinetic: lost the connection to the server", detail: "server " + srv.Addr})
-}
-
-// isFatal reports whether an ErrorResponse body has severity FATAL or PANIC.
-func isFatal(body []byte) bool {
-	var e pgproto3.ErrorResponse
-	if e.Decode(body) != nil {
-		return false
+	kept := ss.session[:0]
+	for _, x := range ss.session {
+		if strings.ToLower(x.name) != name {
+			kept = append(kept, x)
+		}
 	}
-	return e.Severity == "FATAL" || e.Severity == "PANIC"
+	ss.session = kept
+	if !s.Reset {
+		ss.session = append(ss.session, setting{name: s.Name, value: s.Value})
+	} else {
+		// RESET returns to the startup value, which set_config replays.
+		for _, st := range ss.startup {
+			if strings.ToLower(st.name) == name {
+				ss.session = append(ss.session, st)
+			}
+		}
+	}
 }

@@ -4,26 +4,124 @@ import "github.com/pg-kinetic/pg-kinetic/config"
 
 // Targets and reasons use SPEC §8's vocabulary.
 const (
-	targetPrimary = "primary"
-	targetReplica = "replica"
+	targetPrimary  = "primary"
+	targetReplica  = "replica"
+	targetRejected = "rejected"
 
-	reasonRoutingOff = "routing_off"
+	reasonRead               = "read"
+	reasonWrite              = "write"
+	reasonHintPrimary        = "hint_primary"
+	reasonInTransaction      = "in_transaction"
+	reasonSessionPinned      = "session_pinned"
+	reasonReplicaUnavailable = "replica_unavailable"
+	reasonRoutingOff         = "routing_off"
+	reasonUnclassified       = "unclassified"
 )
 
-// decision is where a unit of work goes and why.
-type decision struct {
-	target  string
-	address string
-	reason  string
+// candidate is a replica of the route as the router sees it for one unit.
+type candidate struct {
+	addr     string
+	weight   int
+	eligible bool
+	reason   string // why not eligible (SPEC §8 word)
 }
 
-// decideSessionServer picks the server a session is bound to at startup.
-// In session pooling that is always the route's primary: it is the server
-// whose process ID the client is given (pg_backend_pid(), cancel), and the
-// only server that accepts every statement. Per-unit routing to replicas
-// (read_routing_mode prefer_replica/require_replica) is decided per unit on
-// top of this binding and is not part of this release: with routing off
-// every unit goes to the primary.
+// unitInfo is what the router knows about a unit of work.
+type unitInfo struct {
+	read      bool   // every statement may run on a replica
+	reason    string // why not, when !read: write, unclassified, ...
+	hintPrim  bool   // /* pg-kinetic: primary */
+	txStart   bool   // the unit opens a transaction (it will be pinned wherever it goes)
+	pinEffect bool   // a statement pins the session to the primary
+}
+
+// sessionInfo is the session state the decision depends on.
+type sessionInfo struct {
+	mode, fallback string // read_routing_mode, fallback_policy
+	inTx           bool   // a transaction is open on cur
+	pinned         string // pin reason, "" if not pinned
+	cur            string // address of the server with responses outstanding, "" if none
+	curReplica     bool
+}
+
+// decision is where a unit goes and why.
+type decision struct {
+	target string // targetPrimary, targetReplica or targetRejected
+	addr   string // replica address when target is targetReplica
+	reason string
+}
+
+// decide routes one unit. It is pure: the candidates carry eligibility, rnd
+// in [0,1) picks among weights.
+//
+// Worked examples (mode prefer_replica, fallback primary):
+//
+//	read, replicas A(eligible, w=1) B(eligible, w=3), rnd=0.5  -> replica B, "read"
+//	read, A down, B down                                        -> primary, "replica_unavailable"
+//	read inside BEGIN on the primary                            -> primary, "in_transaction"
+//	INSERT                                                      -> primary, "write"
+//	/* pg-kinetic: primary */ SELECT                            -> primary, "hint_primary"
+//	read after CREATE TEMP TABLE                                -> primary, "session_pinned"
+//	read, require_replica, no replica eligible                  -> rejected, "replica_unavailable"
+//	read while a read on replica A still streams, A eligible    -> replica A (no hop mid-pipeline)
+func decide(s sessionInfo, u unitInfo, cands []candidate, rnd float64) decision {
+	switch {
+	case s.inTx && s.cur != "":
+		if s.curReplica {
+			return decision{target: targetReplica, addr: s.cur, reason: reasonInTransaction}
+		}
+		return decision{target: targetPrimary, reason: reasonInTransaction}
+	case s.mode == config.RoutingOff || s.mode == "":
+		return decision{target: targetPrimary, reason: reasonRoutingOff}
+	case s.pinned != "":
+		return decision{target: targetPrimary, reason: reasonSessionPinned}
+	case u.pinEffect:
+		return decision{target: targetPrimary, reason: reasonSessionPinned}
+	case !u.read:
+		return decision{target: targetPrimary, reason: u.reason}
+	case u.hintPrim:
+		return decision{target: targetPrimary, reason: reasonHintPrimary}
+	}
+	// A read. Stay on the replica still answering this session, when it may
+	// serve the read too: results must reach the client in order.
+	if s.cur != "" && s.curReplica {
+		for _, c := range cands {
+			if c.addr == s.cur && c.eligible && c.weight > 0 {
+				return decision{target: targetReplica, addr: c.addr, reason: reasonRead}
+			}
+		}
+	}
+	total, why := 0, reasonReplicaUnavailable
+	for _, c := range cands {
+		if c.eligible && c.weight > 0 {
+			total += c.weight
+		} else if c.reason != "" {
+			why = c.reason
+		}
+	}
+	if total == 0 {
+		if s.mode == config.RoutingRequireReplica || s.fallback == config.FallbackReject {
+			return decision{target: targetRejected, reason: why}
+		}
+		return decision{target: targetPrimary, reason: why}
+	}
+	pick := int(rnd * float64(total))
+	for _, c := range cands {
+		if !c.eligible || c.weight <= 0 {
+			continue
+		}
+		if pick < c.weight {
+			return decision{target: targetReplica, addr: c.addr, reason: reasonRead}
+		}
+		pick -= c.weight
+	}
+	return decision{target: targetPrimary, reason: why} // unreachable
+}
+
+// decideSessionServer picks the server a session is bound to at startup:
+// in session pooling, the route's primary. It is the server whose process
+// ID the client is given (pg_backend_pid(), cancel), and the only server
+// that accepts every statement; units are routed on top of this binding.
 func decideSessionServer(r *config.Route) decision {
-	return decision{target: targetPrimary, address: r.Primary.Address, reason: reasonRoutingOff}
+	return decision{target: targetPrimary, addr: r.Primary.Address, reason: reasonRoutingOff}
 }

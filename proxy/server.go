@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/pg-kinetic/pg-kinetic/config"
@@ -45,6 +46,10 @@ type Server struct {
 
 	credentials sync.Map // plaintext secret -> derived scram.StoredCredentials
 	mockNonce   [32]byte // salts mock SCRAM credentials of unknown users
+
+	routing    atomic.Pointer[routing] // classifiers and health checkers of the config in force
+	backoff    backoffs
+	volatility volatility
 
 	clients atomic.Int64 // sessions counted against max_client_conn
 	nextID  atomic.Uint64
@@ -83,7 +88,11 @@ func New(opts Options) (*Server, error) {
 		cancels:   map[cancelKey]*session{},
 	}
 	rand.Read(s.mockNonce[:])
+	s.backoff.state = map[string]backoffState{}
+	s.volatility.known = map[string]bool{}
+	s.volatility.conns = map[string]*pgconn.PgConn{}
 	if err := s.Reload(); err != nil {
+		s.routing.Swap(nil).close()
 		return nil, err
 	}
 	return s, nil
@@ -93,6 +102,10 @@ func New(opts Options) (*Server, error) {
 // certificates). Call it after the ConfigSource swapped in a new config.
 func (s *Server) Reload() error {
 	cfg := s.opts.Config.Load()
+	if old := s.routing.Swap(newRouting(cfg, s.log)); old != nil {
+		old.close()
+	}
+	s.volatility.reset()
 	if cfg.Server.TLSMode == config.TLSDisable || cfg.Server.TLSMode == "" {
 		s.tls.Store(nil)
 		return nil
@@ -176,7 +189,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.closeSessions()
 		<-done
 	}
-	s.pools.Close()
+	s.closeRouting()
 	return err
 }
 
@@ -190,8 +203,18 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.closeSessions()
 	s.wg.Wait()
-	s.pools.Close()
+	s.closeRouting()
 	return nil
+}
+
+// closeRouting stops health checks and closes pools and catalog
+// connections once no session uses them.
+func (s *Server) closeRouting() {
+	s.pools.Close()
+	if r := s.routing.Swap(nil); r != nil {
+		r.close()
+	}
+	s.volatility.reset()
 }
 
 func (s *Server) closeSessions() {

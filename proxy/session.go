@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
 
+	"github.com/pg-kinetic/pg-kinetic/classify"
 	"github.com/pg-kinetic/pg-kinetic/config"
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
-	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
 // session is one client connection. Fields above mu are owned by the
@@ -32,8 +32,7 @@ type session struct {
 
 	user, database string
 	startupParams  map[string]string
-	settings       []setting // client settings applied on every server used
-	counted        bool      // counted in Server.clients
+	counted        bool // counted in Server.clients
 	userCfg        *config.User
 	route          *config.Route
 	key            cancelKey
@@ -43,14 +42,37 @@ type session struct {
 	w   *bufio.Writer
 	enc []byte // scratch for encoding messages, under wmu
 
+	// Routing state owned by the session goroutine.
+	classifier *classify.Classifier
+	stream     *link  // a routed batch still open (ended by Flush): its messages follow
+	deferred   string // a plain BEGIN answered locally, not yet sent to a server
+
 	mu       sync.Mutex
-	server   *pool.Conn // attached server connection, nil before connect
-	srvPool  *pool.Pool
-	pending  int  // ReadyForQuery messages the server still owes
-	unsynced bool // extended-protocol messages sent since the last Sync
-	tx       byte // transaction status of the last ReadyForQuery
-	draining bool // Shutdown asked: close at the next idle point
-	killed   bool // the session is being closed
+	cond     *sync.Cond       // on mu: signalled at ReadyForQuery, link failure and kill
+	primary  *link            // attached at connect, for the whole session
+	replicas map[string]*link // replica links used by this session, by address
+	cur      *link            // the server of the current or last unit
+	pending  int              // client-visible ReadyForQuery messages still owed
+	unsynced bool             // extended-protocol messages sent since the last Sync
+	tx       byte             // transaction status the client was last told
+	draining bool             // Shutdown asked: close at the next idle point
+	killed   bool             // the session is being closed
+
+	pinned  string // why the session is pinned to the primary; "" when it is not
+	unitErr bool   // an ErrorResponse reached the client since the last idle point
+	lastTag string // the last CommandComplete tag relayed
+
+	// Session state replayed on every server the session uses.
+	startup     []setting           // from the startup packet
+	session     []setting           // from SET outside SET LOCAL, in order; Reset entries remove
+	settingsGen uint64              // bumped when startup+session settings change
+	discardGen  uint64              // bumped by DISCARD ALL / DEALLOCATE ALL
+	stmts       map[string]stmtInfo // protocol-level named statements the client prepared
+	unnamed     stmtInfo            // the client's unnamed statement
+	sqlPrepared map[string]sqlPrep  // SQL-level PREPARE name -> statement
+	effects     []effect            // of the unit in progress, applied when it ends well
+
+	lastRoute string // SHOW pg_kinetic.last_route
 }
 
 // send writes proxy-generated messages to the client and flushes.
@@ -78,7 +100,7 @@ func (ss *session) idleLocked() bool {
 func (ss *session) drain() {
 	ss.mu.Lock()
 	ss.draining = true
-	idle := ss.server != nil && ss.idleLocked()
+	idle := ss.primary != nil && ss.idleLocked()
 	ss.mu.Unlock()
 	if idle {
 		ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
@@ -94,6 +116,9 @@ func (ss *session) kill(err *clientError) {
 		return
 	}
 	ss.killed = true
+	if ss.cond != nil {
+		ss.cond.Broadcast()
+	}
 	ss.mu.Unlock()
 	// A writer blocked on a slow client holds wmu; never wait for it here
 	// (Shutdown calls kill for every session): close, which unblocks it.

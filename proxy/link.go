@@ -1,0 +1,303 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+
+	"github.com/pg-kinetic/pg-kinetic/internal/wire"
+	"github.com/pg-kinetic/pg-kinetic/pool"
+)
+
+// link is a server connection attached to a session: the primary's for the
+// whole session (session pooling), and one per replica the session has
+// used. Fields other than conn/pool/addr/replica are guarded by session.mu.
+type link struct {
+	conn    *pool.Conn
+	pool    *pool.Pool // nil for a dedicated (replication) connection
+	addr    string
+	replica bool
+
+	// What this server knows of the session's named state, so it can be
+	// brought in line before a unit runs here (statements.go).
+	prepared    map[string]string // protocol-level statement name -> query text
+	unnamed     string            // text of the unnamed statement, "" if none
+	sqlPrepared map[string]string // SQL PREPARE name -> PREPARE text
+	settingsGen uint64            // generation of session settings applied
+	discardGen  uint64
+
+	// swallow lists responses to messages the proxy injected, which the
+	// client must not see, in the order the server sends them.
+	swallow []expect
+	// batches counts Sync/Query sent (each answered by one ReadyForQuery);
+	// rfqs counts ReadyForQuery received. expect.batch ties an injected
+	// message to the ReadyForQuery that ends its batch.
+	batches, rfqs uint64
+
+	readerDone chan error
+	dead       bool // the reader ended; the link must not be used
+}
+
+// expect is one injected response to drop.
+type expect struct {
+	kind  byte   // '1' ParseComplete, '3' CloseComplete, 'Z' everything up to and including ReadyForQuery
+	batch uint64 // the batch (rfqs count) it belongs to
+}
+
+func newLink(c *pool.Conn, p *pool.Pool, replica bool) *link {
+	return &link{conn: c, pool: p, addr: c.Addr, replica: replica,
+		prepared: map[string]string{}, sqlPrepared: map[string]string{}, readerDone: make(chan error, 1)}
+}
+
+// attach starts the link's reader. The session owns the goroutine and
+// joins it in detach.
+func (ss *session) attach(l *link) {
+	go func() { l.readerDone <- ss.serverToClient(l) }()
+}
+
+// detach stops l's reader and returns the connection to its pool when it is
+// provably idle, closing it otherwise.
+func (ss *session) detach(l *link, clientAtBoundary bool) {
+	l.conn.SetReadDeadline(time.Now())
+	rerr := <-l.readerDone
+	l.conn.SetReadDeadline(time.Time{})
+	ss.mu.Lock()
+	busy := l.batches != l.rfqs
+	idle := !busy && (l != ss.cur || ss.idleLocked())
+	ss.mu.Unlock()
+	clean := clientAtBoundary && idle && errors.Is(rerr, errInterrupted)
+	if !clean && busy && !errors.Is(rerr, errServerGone) {
+		// The client left mid-query: stop the query instead of letting it
+		// run on a connection nobody reads.
+		sendCancel(l.addr, l.conn.PID, l.conn.SecretKey, ss.srv.opts.connectTimeout)
+	}
+	ss.releaseServer(l.conn, l.pool, clean)
+}
+
+// errInterrupted reports that a link's reader was stopped by the session
+// between two messages, leaving the server connection's stream intact.
+var errInterrupted = errors.New("server reader interrupted at a message boundary")
+
+// errServerGone reports a failed server connection.
+var errServerGone = errors.New("server connection lost")
+
+// serverToClient relays l's messages to the client, dropping responses to
+// injected messages. It tracks ReadyForQuery (pending count, transaction
+// status) and ParameterStatus. A failed primary ends the session; a failed
+// replica ends the session only when it was serving the client.
+func (ss *session) serverToClient(l *link) error {
+	srv := l.conn
+	var body []byte
+	sawFatal := false
+	for {
+		h, err := wire.ReadHeader(srv.R)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && srv.R.Buffered() == 0 {
+				return errInterrupted
+			}
+			ss.linkFailed(l, err, sawFatal)
+			return errServerGone
+		}
+
+		ss.mu.Lock()
+		drop, endInjected := false, false
+		for len(l.swallow) > 0 && l.swallow[0].batch < l.rfqs {
+			l.swallow = l.swallow[1:] // stale: its batch already ended
+		}
+		if len(l.swallow) > 0 && l.swallow[0].batch == l.rfqs {
+			switch e := l.swallow[0]; {
+			case e.kind == 'Z':
+				drop = true
+				endInjected = h.Type == 'Z'
+			case e.kind == h.Type:
+				drop = true
+				l.swallow = l.swallow[1:]
+			case h.Type == 'E':
+				// An injected Parse/Close failed: the server now skips the
+				// rest of the batch; its other injections never answer. The
+				// client sees the error as its own statement's.
+				for len(l.swallow) > 0 && l.swallow[0].batch == l.rfqs {
+					l.swallow = l.swallow[1:]
+				}
+			}
+		}
+		if !drop && l.replica && l.batches == l.rfqs {
+			// Unsolicited, from a replica link nobody waits on (a FATAL
+			// before a shutdown, a ParameterStatus after a reload): the
+			// client is talking to another server and must not see it.
+			drop = true
+		}
+		ss.mu.Unlock()
+
+		if drop {
+			if h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' {
+				if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
+					ss.linkFailed(l, err, false)
+					return errServerGone
+				}
+				switch h.Type {
+				case 'S':
+					var ps pgproto3.ParameterStatus
+					if ps.Decode(body) == nil {
+						srv.Params[ps.Name] = ps.Value
+					}
+				case 'E':
+					if isFatal(body) {
+						sawFatal = true
+					}
+					ss.log.Warn("a statement the proxy injected failed", zap.String("server", l.addr), zap.String("error", errorText(body)))
+				}
+			} else if err := wire.Discard(srv.R, h.Len); err != nil {
+				ss.linkFailed(l, err, false)
+				return errServerGone
+			}
+			if endInjected {
+				ss.mu.Lock()
+				l.rfqs++
+				l.swallow = l.swallow[1:]
+				ss.mu.Unlock()
+			}
+			continue
+		}
+
+		closeNow := false
+		ss.wmu.Lock()
+		werr := wire.WriteHeader(ss.w, h)
+		switch {
+		case werr != nil:
+		case h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' && h.Len <= wire.MaxSmallBodyLen*100 || h.Type == 'C':
+			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
+				break
+			}
+			_, werr = ss.w.Write(body)
+			switch h.Type {
+			case 'Z':
+				if len(body) == 1 {
+					closeNow = ss.readyForQuery(l, body[0])
+				}
+			case 'S':
+				var ps pgproto3.ParameterStatus
+				if ps.Decode(body) == nil {
+					srv.Params[ps.Name] = ps.Value
+				}
+			case 'E':
+				sawFatal = isFatal(body)
+				ss.mu.Lock()
+				ss.unitErr = true
+				ss.mu.Unlock()
+			case 'C':
+				ss.commandComplete(body)
+			}
+		default:
+			err = wire.Copy(ss.w, srv.R, h.Len)
+			var we *wire.WriteError
+			if errors.As(err, &we) {
+				werr, err = we.Err, nil
+			}
+		}
+		if werr == nil && err == nil && srv.R.Buffered() == 0 {
+			werr = ss.w.Flush()
+		}
+		ss.wmu.Unlock()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return err // interrupted mid-message: the stream is unusable
+			}
+			ss.linkFailed(l, err, sawFatal)
+			return errServerGone
+		}
+		if werr != nil {
+			// The client is gone; the session goroutine sees it too.
+			ss.conn.Close()
+			return werr
+		}
+		if closeNow {
+			ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
+			return errInterrupted
+		}
+	}
+}
+
+// readyForQuery records a client-visible ReadyForQuery from l and reports
+// whether a draining session must close now.
+func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	l.rfqs++
+	ss.pending--
+	ss.tx = status
+	if status == 'I' {
+		ss.unitEnded()
+	}
+	ss.cond.Broadcast()
+	return ss.draining && ss.idleLocked()
+}
+
+// linkFailed handles a server connection that broke. Losing the primary,
+// or a replica while it served the client, ends the session; an idle
+// replica link is simply dropped.
+func (ss *session) linkFailed(l *link, err error, toldClient bool) {
+	l.conn.MarkBroken()
+	ss.mu.Lock()
+	l.dead = true
+	serving := l == ss.cur && (ss.pending > 0 || ss.tx != 'I')
+	ss.cond.Broadcast()
+	ss.mu.Unlock()
+	if l.replica && !serving {
+		ss.log.Info("idle replica connection lost", zap.String("server", l.addr), zap.Error(err))
+		return
+	}
+	ss.serverFailed(l.conn, err, toldClient)
+}
+
+func errorText(body []byte) string {
+	var e pgproto3.ErrorResponse
+	if e.Decode(body) != nil {
+		return "malformed ErrorResponse"
+	}
+	return e.Code + " " + e.Message
+}
+
+// isFatal reports whether an ErrorResponse body has severity FATAL or PANIC.
+func isFatal(body []byte) bool {
+	var e pgproto3.ErrorResponse
+	if e.Decode(body) != nil {
+		return false
+	}
+	return e.Severity == "FATAL" || e.Severity == "PANIC"
+}
+
+// commandComplete records the tag of a relayed CommandComplete (a
+// ROLLBACK tag means the unit's session effects did not happen).
+func (ss *session) commandComplete(body []byte) {
+	tag := body
+	if i := bytes.IndexByte(tag, 0); i >= 0 {
+		tag = tag[:i]
+	}
+	ss.mu.Lock()
+	if string(tag) != ss.lastTag {
+		ss.lastTag = string(tag)
+	}
+	ss.mu.Unlock()
+}
+
+// serverFailed ends the session after a server connection it depends on
+// failed. If the server already told the client why (a FATAL
+// ErrorResponse, as for pg_terminate_backend), nothing is added.
+func (ss *session) serverFailed(srv *pool.Conn, err error, toldClient bool) {
+	srv.MarkBroken()
+	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		ss.log.Warn("server connection failed", zap.String("server", srv.Addr), zap.Error(err))
+	}
+	if toldClient {
+		ss.kill(nil)
+		return
+	}
+	ss.kill(&clientError{severity: "FATAL", code: codeConnectionFailure,
+		message: "pg-kinetic: lost the connection to the server", detail: "server " + srv.Addr})
+}

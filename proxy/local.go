@@ -1,0 +1,150 @@
+package proxy
+
+import (
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pg-kinetic/pg-kinetic/classify"
+	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/internal/wire"
+)
+
+// Rejections by the consistency contract (SPEC §7): one shape whatever
+// failed, the cause in DETAIL.
+const (
+	codeConsistency    = "KN001"
+	consistencyMessage = "pg-kinetic: no server can serve this read within its consistency contract"
+	codeInFailedTx     = "25P02"
+)
+
+// waitIdle blocks until every response the client is owed has been
+// relayed, so a proxy-made answer cannot overtake them.
+func (ss *session) waitIdle() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for ss.pending > 0 && !ss.killed && !(ss.cur != nil && ss.cur.dead) {
+		ss.cond.Wait()
+	}
+}
+
+// answerLocally handles single simple-protocol statements the proxy answers
+// itself: SHOW pg_kinetic.last_route, a plain BEGIN whose server is chosen
+// by the transaction's first statement (so SET TRANSACTION READ ONLY can
+// still pick a replica), and the end of such a transaction before it
+// reached any server.
+func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
+	if len(ds) != 1 {
+		return false, nil
+	}
+	d := ds[0]
+	if isShow(d.text, "pg_kinetic.last_route") {
+		ss.waitIdle()
+		route := ss.lastRoute
+		if route == "" {
+			route = "target= reason= lag_ms="
+		}
+		return true, ss.sendRows("pg_kinetic.last_route", route, "SHOW")
+	}
+	if len(d.Statements) != 1 {
+		return false, nil
+	}
+	st := d.Statements[0]
+	ss.mu.Lock()
+	canDefer := ss.tx == 'I' && ss.pinned == "" && ss.route.ReadRouting.ReadRoutingMode != config.RoutingOff
+	ss.mu.Unlock()
+	switch {
+	case st.Tx == classify.TxBegin && canDefer && !d.Hints.Primary:
+		ss.waitIdle()
+		ss.mu.Lock()
+		if ss.tx != 'I' || ss.pending > 0 {
+			ss.mu.Unlock()
+			return false, nil
+		}
+		ss.tx = 'T'
+		ss.mu.Unlock()
+		ss.deferred = d.text
+		return true, ss.sendTag("BEGIN", 'T')
+	case st.Tx == classify.TxEnd && ss.deferred != "" && !st.Chain:
+		// The transaction never reached a server: nothing to commit.
+		ss.deferred = ""
+		ss.mu.Lock()
+		failed := ss.tx == 'E'
+		ss.tx = 'I'
+		ss.mu.Unlock()
+		tag := strings.ToUpper(firstWord(d.text))
+		if failed || tag == "ABORT" {
+			tag = "ROLLBACK"
+		}
+		if tag == "END" {
+			tag = "COMMIT"
+		}
+		return true, ss.sendTag(tag, 'I')
+	case ss.deferred != "" && ss.txStatus() == 'E':
+		return true, ss.send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeInFailedTx,
+			Message: "current transaction is aborted, commands ignored until end of transaction block"},
+			&pgproto3.ReadyForQuery{TxStatus: 'E'})
+	}
+	return false, nil
+}
+
+// reject answers a unit with KN001. For an open batch (ended by Flush)
+// the caller then drops messages until Sync, as a server would.
+func (ss *session) reject(d decision, open bool) error {
+	ss.waitIdle()
+	ss.lastRoute = "target=" + targetRejected + " reason=" + d.reason + " lag_ms=0"
+	msgs := []wire.Encoder{&pgproto3.ErrorResponse{
+		Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeConsistency,
+		Message: consistencyMessage, Detail: "cause: " + d.reason,
+	}}
+	ss.mu.Lock()
+	if ss.tx == 'T' {
+		ss.tx = 'E' // like any error inside a transaction block
+	}
+	tx := ss.tx
+	ss.mu.Unlock()
+	if !open {
+		msgs = append(msgs, &pgproto3.ReadyForQuery{TxStatus: tx})
+	}
+	if err := ss.send(msgs...); err != nil {
+		return errClientGone{err}
+	}
+	return nil
+}
+
+func (ss *session) sendTag(tag string, tx byte) error {
+	if err := ss.send(&pgproto3.CommandComplete{CommandTag: []byte(tag)}, &pgproto3.ReadyForQuery{TxStatus: tx}); err != nil {
+		return errClientGone{err}
+	}
+	return nil
+}
+
+// sendRows answers a one-column, one-row text result.
+func (ss *session) sendRows(column, value, tag string) error {
+	err := ss.send(
+		&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte(column), DataTypeOID: 25, DataTypeSize: -1, TypeModifier: -1}}},
+		&pgproto3.DataRow{Values: [][]byte{[]byte(value)}},
+		&pgproto3.CommandComplete{CommandTag: []byte(tag)},
+		&pgproto3.ReadyForQuery{TxStatus: ss.txStatus()},
+	)
+	if err != nil {
+		return errClientGone{err}
+	}
+	return nil
+}
+
+// isShow reports whether text is exactly SHOW name (any case, spacing,
+// trailing semicolon). The classifier has already parsed the text; this
+// only compares the words.
+func isShow(text, name string) bool {
+	f := strings.Fields(strings.TrimRight(strings.TrimSpace(text), ";"))
+	return len(f) == 2 && strings.EqualFold(f[0], "show") && strings.EqualFold(f[1], name)
+}
+
+func firstWord(s string) string {
+	f := strings.Fields(s)
+	if len(f) == 0 {
+		return ""
+	}
+	return strings.TrimRight(f[0], ";")
+}

@@ -1,0 +1,286 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+
+	"github.com/pg-kinetic/pg-kinetic/classify"
+	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/freshness"
+	"github.com/pg-kinetic/pg-kinetic/health"
+	"github.com/pg-kinetic/pg-kinetic/pool"
+)
+
+// routing is what the Server derives from one config for routing: a
+// classifier and a health checker per route. It is rebuilt on reload and
+// swapped whole; sessions keep the one they started with.
+type routing struct {
+	classifiers map[string]*classify.Classifier // by route name
+	checkers    map[string]*health.Checker
+	probers     []*health.PGProber
+}
+
+func newRouting(cfg *config.Config, log *zap.Logger) *routing {
+	r := &routing{classifiers: map[string]*classify.Classifier{}, checkers: map[string]*health.Checker{}}
+	for i := range cfg.Routes {
+		rt := &cfg.Routes[i]
+		r.classifiers[rt.Name] = classify.New(classify.Options{
+			WriteFunctions:    rt.ReadRouting.WriteFunctions,
+			ReadOnlyFunctions: rt.ReadRouting.ReadOnlyFunctions,
+		})
+		if len(rt.Replicas) == 0 || rt.ReadRouting.ReadRoutingMode == config.RoutingOff || len(cfg.Users) == 0 {
+			continue
+		}
+		// Probes log in with the first [[users]] entry's backend
+		// credentials to the route's backend database (SPEC is silent;
+		// documented in docs/behaviour.md).
+		user, pass := cfg.Users[0].Backend()
+		prober := health.NewPGProber(user, pass, rt.BackendDB(), cfg.Server.BackendTLSMode)
+		targets := []health.Target{{Route: rt.Name, Addr: rt.Primary.Address, Configured: health.RolePrimary}}
+		for _, rep := range rt.Replicas {
+			targets = append(targets, health.Target{Route: rt.Name, Addr: rep.Address, Configured: health.RoleStandby})
+		}
+		r.checkers[rt.Name] = health.NewChecker(health.Options{
+			Targets:  targets,
+			Interval: rt.HA.HealthInterval(),
+			Timeout:  rt.HA.HealthTimeout(),
+			Prober:   prober,
+			Logger:   log.With(zap.String("route", rt.Name)),
+		})
+		r.probers = append(r.probers, prober)
+	}
+	return r
+}
+
+func (r *routing) close() {
+	for _, c := range r.checkers {
+		c.Close()
+	}
+	for _, p := range r.probers {
+		p.Close()
+	}
+}
+
+// backoffs remembers replicas that refused a connection, so reads skip
+// them for a while (exponential, capped) instead of paying a failed
+// connect each.
+type backoffs struct {
+	mu    sync.Mutex
+	state map[string]backoffState
+}
+
+type backoffState struct {
+	failures int
+	until    time.Time
+}
+
+const (
+	backoffBase = 500 * time.Millisecond
+	backoffMax  = 30 * time.Second
+)
+
+func (b *backoffs) failed(addr string, now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.state[addr]
+	st.failures++
+	d := backoffBase << min(st.failures-1, 10)
+	if d > backoffMax {
+		d = backoffMax
+	}
+	st.until = now.Add(d)
+	b.state[addr] = st
+	return d
+}
+
+func (b *backoffs) succeeded(addr string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.state, addr)
+}
+
+func (b *backoffs) blocked(addr string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return now.Before(b.state[addr].until)
+}
+
+// candidates lists a route's replicas with their eligibility for a read now.
+func (s *Server) candidates(rt *config.Route) []candidate {
+	now := time.Now()
+	var snap *health.Snapshot
+	if c := s.routing.Load().checkers[rt.Name]; c != nil {
+		snap = c.Snapshot()
+	}
+	req := freshness.Requirement{VerdictTTL: rt.HA.VerdictTTL()}
+	out := make([]candidate, 0, len(rt.Replicas))
+	for _, rep := range rt.Replicas {
+		c := candidate{addr: rep.Address, weight: rep.Weight}
+		var v health.Verdict
+		have := false
+		if snap != nil {
+			v, have = snap.Get(rep.Address)
+		}
+		c.eligible, c.reason = freshness.Eligible(v, have, req, now)
+		if c.eligible && s.backoff.blocked(rep.Address, now) {
+			c.eligible, c.reason = false, reasonReplicaUnavailable
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// replicaLink returns the session's link to replica addr, attaching one
+// from the pool on first use.
+func (ss *session) replicaLink(addr string) (*link, error) {
+	ss.mu.Lock()
+	l := ss.replicas[addr]
+	if l != nil && l.dead {
+		delete(ss.replicas, addr)
+		l = nil
+	}
+	ss.mu.Unlock()
+	if l != nil {
+		return l, nil
+	}
+	buser, bpass := ss.userCfg.Backend()
+	cred := pool.Credentials{User: buser, Password: bpass, Database: ss.route.BackendDB()}
+	p, err := ss.srv.pools.Get(pool.Key{Addr: addr, User: buser, Database: cred.Database}, pool.Options{
+		Size:           ss.route.Pool.Size,
+		AcquireTimeout: ss.route.Pool.AcquireTimeout(),
+		Credentials:    cred,
+		Dialer:         pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: ss.srv.opts.connectTimeout},
+	})
+	if err != nil {
+		return nil, err
+	}
+	c, err := p.Acquire(context.Background())
+	if err != nil {
+		if !errors.Is(err, pool.ErrPoolTimeout) {
+			d := ss.srv.backoff.failed(addr, time.Now())
+			ss.log.Warn("replica refused a connection; skipping it", zap.String("server", addr),
+				zap.Duration("for", d), zap.Error(err))
+		}
+		return nil, err
+	}
+	ss.srv.backoff.succeeded(addr)
+	l = newLink(c, p, true)
+	ss.mu.Lock()
+	ss.replicas[addr] = l
+	ss.mu.Unlock()
+	ss.attach(l)
+	return l, nil
+}
+
+// volatility caches, per route and function name, whether any function of
+// that name is VOLATILE in the primary's catalog. Looked up once per name
+// (on a connection of its own), cleared on reload.
+type volatility struct {
+	mu    sync.Mutex
+	known map[string]bool // route + "\x00" + name -> volatile
+	conns map[string]*pgconn.PgConn
+}
+
+// reset forgets every answer and closes the catalog connections.
+func (v *volatility) reset() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for k, c := range v.conns {
+		c.Close(context.Background())
+		delete(v.conns, k)
+	}
+	clear(v.known)
+}
+
+// anyVolatile reports whether any of funcs is VOLATILE on the session's
+// primary. An unknown answer (lookup failed) counts as volatile: primary.
+func (s *Server) anyVolatile(ss *session, funcs []string) bool {
+	v := &s.volatility
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var missing []string
+	for _, f := range funcs {
+		vol, ok := v.known[ss.route.Name+"\x00"+f]
+		if ok && vol {
+			return true
+		}
+		if !ok {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) == 0 {
+		return false
+	}
+	conn := v.conns[ss.route.Name]
+	if conn == nil || conn.IsClosed() {
+		buser, bpass := ss.userCfg.Backend()
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.connectTimeout)
+		defer cancel()
+		c, err := s.dialCatalog(ctx, ss.route.Primary.Address, buser, bpass, ss.route.BackendDB(), ss.cfg.Server.BackendTLSMode)
+		if err != nil {
+			ss.log.Warn("cannot look up function volatility; treating as volatile", zap.Error(err))
+			return true
+		}
+		v.conns[ss.route.Name] = c
+		conn = c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res := conn.ExecParams(ctx,
+		"select n, coalesce(bool_or(p.provolatile = 'v'), true) from unnest($1::text[]) n left join pg_catalog.pg_proc p on p.proname = n group by n",
+		[][]byte{[]byte(pgTextArray(missing))}, nil, nil, nil).Read()
+	if res.Err != nil {
+		ss.log.Warn("function volatility lookup failed; treating as volatile", zap.Error(res.Err))
+		return true
+	}
+	any := false
+	for _, row := range res.Rows {
+		vol := string(row[1]) == "t"
+		v.known[ss.route.Name+"\x00"+string(row[0])] = vol
+		any = any || vol
+	}
+	return any
+}
+
+func (s *Server) dialCatalog(ctx context.Context, addr, user, pass, db, tlsMode string) (*pgconn.PgConn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if tlsMode == "" {
+		tlsMode = "disable"
+	}
+	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host='%s' port=%s sslmode=%s", host, port, tlsMode))
+	if err != nil {
+		return nil, err
+	}
+	cfg.User, cfg.Password, cfg.Database = user, pass, db
+	cfg.RuntimeParams = map[string]string{"application_name": "kineticd catalog"}
+	return pgconn.ConnectConfig(ctx, cfg)
+}
+
+// pgTextArray renders names as a PostgreSQL text[] literal.
+func pgTextArray(names []string) string {
+	b := []byte{'{'}
+	for i, n := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		for _, r := range []byte(n) {
+			if r == '"' || r == '\\' {
+				b = append(b, '\\')
+			}
+			b = append(b, r)
+		}
+		b = append(b, '"')
+	}
+	return string(append(b, '}'))
+}

@@ -1,0 +1,40 @@
+package proxy
+
+import "testing"
+
+func TestDecide(t *testing.T) {
+	prefer := sessionInfo{mode: "prefer_replica", fallback: "primary"}
+	read := unitInfo{read: true}
+	both := []candidate{{addr: "a", weight: 1, eligible: true}, {addr: "b", weight: 3, eligible: true}}
+	down := []candidate{{addr: "a", weight: 1, reason: "replica_unavailable"}, {addr: "b", weight: 1, reason: "split_brain"}}
+	for _, tc := range []struct {
+		name  string
+		s     sessionInfo
+		u     unitInfo
+		cands []candidate
+		rnd   float64
+		want  decision
+	}{
+		{"weighted low", prefer, read, both, 0.1, decision{targetReplica, "a", "read"}},
+		{"weighted high", prefer, read, both, 0.5, decision{targetReplica, "b", "read"}},
+		{"weight zero drains", prefer, read, []candidate{{addr: "a", weight: 0, eligible: true}, {addr: "b", weight: 2, eligible: true}}, 0, decision{targetReplica, "b", "read"}},
+		{"no replica eligible", prefer, read, down, 0.3, decision{targetPrimary, "", "split_brain"}},
+		{"no replicas configured", prefer, read, nil, 0.3, decision{targetPrimary, "", "replica_unavailable"}},
+		{"require_replica rejects", sessionInfo{mode: "require_replica", fallback: "primary"}, read, down, 0, decision{targetRejected, "", "split_brain"}},
+		{"fallback reject", sessionInfo{mode: "prefer_replica", fallback: "reject"}, read, nil, 0, decision{targetRejected, "", "replica_unavailable"}},
+		{"write", prefer, unitInfo{reason: "write"}, both, 0, decision{targetPrimary, "", "write"}},
+		{"unclassified", prefer, unitInfo{reason: "unclassified"}, both, 0, decision{targetPrimary, "", "unclassified"}},
+		{"hint primary", prefer, unitInfo{read: true, hintPrim: true}, both, 0, decision{targetPrimary, "", "hint_primary"}},
+		{"routing off", sessionInfo{mode: "off"}, read, both, 0, decision{targetPrimary, "", "routing_off"}},
+		{"pinned session", sessionInfo{mode: "prefer_replica", pinned: "session_pinned"}, read, both, 0, decision{targetPrimary, "", "session_pinned"}},
+		{"pinning statement", prefer, unitInfo{read: true, pinEffect: true}, both, 0, decision{targetPrimary, "", "session_pinned"}},
+		{"in transaction on primary", sessionInfo{mode: "prefer_replica", inTx: true, cur: "p"}, read, both, 0, decision{targetPrimary, "", "in_transaction"}},
+		{"in read-only transaction on a replica", sessionInfo{mode: "prefer_replica", inTx: true, cur: "b", curReplica: true}, unitInfo{reason: "write"}, both, 0, decision{targetReplica, "b", "in_transaction"}},
+		{"pipelined read stays on its replica", sessionInfo{mode: "prefer_replica", cur: "b", curReplica: true}, read, both, 0, decision{targetReplica, "b", "read"}},
+		{"pipelined read leaves an ineligible replica", sessionInfo{mode: "prefer_replica", cur: "b", curReplica: true}, read, []candidate{{addr: "a", weight: 1, eligible: true}, {addr: "b", weight: 1}}, 0.9, decision{targetReplica, "a", "read"}},
+	} {
+		if got := decide(tc.s, tc.u, tc.cands, tc.rnd); got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

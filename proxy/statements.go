@@ -1,0 +1,212 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pg-kinetic/pg-kinetic/classify"
+	"github.com/pg-kinetic/pg-kinetic/internal/wire"
+)
+
+// stmtInfo is a statement the client prepared with a Parse message: its raw
+// body (name, query, parameter types) so it can be prepared again, verbatim,
+// on another server.
+type stmtInfo struct {
+	query string
+	parse []byte // Parse message body
+}
+
+// sqlPrep is a statement the client prepared with SQL PREPARE.
+type sqlPrep struct {
+	text  string // the whole PREPARE statement, replayed as is
+	inner classify.Kind
+}
+
+// effect is a change to session state made by a statement of the unit in
+// progress. It takes effect when the unit ends outside a transaction
+// without an error (a rolled-back SET did not happen).
+type effect struct {
+	kind    classify.Effect
+	setting classify.Setting
+}
+
+// cstring splits a NUL-terminated string off b.
+func cstring(b []byte) (string, []byte, error) {
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return "", nil, errors.New("missing string terminator")
+	}
+	return string(b[:i]), b[i+1:], nil
+}
+
+// parseNames reads a Parse body's statement name and query.
+func parseNames(body []byte) (name, query string, err error) {
+	name, rest, err := cstring(body)
+	if err != nil {
+		return "", "", err
+	}
+	query, _, err = cstring(rest)
+	return name, query, err
+}
+
+// bindStatement reads the statement name of a Bind body.
+func bindStatement(body []byte) (string, error) {
+	_, rest, err := cstring(body) // portal
+	if err != nil {
+		return "", err
+	}
+	name, _, err := cstring(rest)
+	return name, err
+}
+
+// describeTarget reads the kind ('S' or 'P') and name of a Describe or
+// Close body.
+func describeTarget(body []byte) (byte, string, error) {
+	if len(body) < 2 {
+		return 0, "", errors.New("message too short")
+	}
+	name, _, err := cstring(body[1:])
+	return body[0], name, err
+}
+
+// inject writes a message of the proxy's own to l ahead of the client's,
+// and registers its response to be dropped. Callers hold no lock; the
+// session goroutine is the only writer of l.
+func (ss *session) inject(l *link, msg wire.Encoder, drop byte) error {
+	buf, err := msg.Encode(nil)
+	if err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	l.swallow = append(l.swallow, expect{kind: drop, batch: l.batches})
+	if drop == 'Z' {
+		l.batches++
+	}
+	ss.mu.Unlock()
+	_, err = l.conn.W.Write(buf)
+	return err
+}
+
+// ensureStatement makes sure statement name exists on l with the text the
+// client prepared, before a Bind or Describe that uses it.
+func (ss *session) ensureStatement(l *link, name string) error {
+	var want stmtInfo
+	if name == "" {
+		want = ss.unnamed
+		if want.parse == nil || l.unnamed == want.query {
+			return nil
+		}
+	} else {
+		var ok bool
+		if want, ok = ss.stmts[name]; !ok {
+			return nil // unknown to the client too: the server reports it
+		}
+		if have, ok := l.prepared[name]; ok {
+			if have == want.query {
+				return nil
+			}
+			if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3'); err != nil {
+				return err
+			}
+		}
+	}
+	var p pgproto3.Parse
+	if err := p.Decode(want.parse); err != nil {
+		return err
+	}
+	if err := ss.inject(l, &p, '1'); err != nil {
+		return err
+	}
+	if name == "" {
+		l.unnamed = want.query
+	} else {
+		l.prepared[name] = want.query
+	}
+	return nil
+}
+
+// trackFrontend updates the session's statement bookkeeping for a client
+// message about to be written to l, injecting what l needs first.
+func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
+	switch typ {
+	case 'P':
+		name, query, err := parseNames(body)
+		if err != nil {
+			return nil // malformed: the server rejects it
+		}
+		info := stmtInfo{query: query, parse: append([]byte(nil), body...)}
+		if name == "" {
+			ss.unnamed = info
+			l.unnamed = query
+			return nil
+		}
+		if _, known := ss.stmts[name]; !known {
+			if _, stale := l.prepared[name]; stale {
+				// Left on this server after the client closed it
+				// elsewhere: make room for the client's new statement.
+				if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3'); err != nil {
+					return err
+				}
+			}
+		}
+		ss.stmts[name] = info
+		l.prepared[name] = query
+	case 'B':
+		if name, err := bindStatement(body); err == nil {
+			return ss.ensureStatement(l, name)
+		}
+	case 'D':
+		if kind, name, err := describeTarget(body); err == nil && kind == 'S' {
+			return ss.ensureStatement(l, name)
+		}
+	case 'C':
+		if kind, name, err := describeTarget(body); err == nil && kind == 'S' {
+			if name == "" {
+				ss.unnamed = stmtInfo{}
+				l.unnamed = ""
+			} else {
+				delete(ss.stmts, name)
+				delete(l.prepared, name)
+			}
+		}
+	case 'Q':
+		l.unnamed = "" // a simple Query drops the unnamed statement
+	}
+	return nil
+}
+
+// ensureSQLPrepared replays SQL PREPAREs a batch's EXECUTEs need on l, and
+// removes from l statements the client deallocated (or names it is about
+// to PREPARE again).
+func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision) error {
+	for _, st := range d.Statements {
+		switch st.Effect {
+		case classify.EffectExecute:
+			want, ok := ss.sqlPrepared[st.PrepareName]
+			if !ok || l.sqlPrepared[st.PrepareName] == want.text {
+				continue
+			}
+			if _, has := l.sqlPrepared[st.PrepareName]; has {
+				if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z'); err != nil {
+					return err
+				}
+			}
+			if err := ss.inject(l, &pgproto3.Query{String: want.text}, 'Z'); err != nil {
+				return err
+			}
+			l.sqlPrepared[st.PrepareName] = want.text
+		case classify.EffectPrepare:
+			if _, has := l.sqlPrepared[st.PrepareName]; has {
+				if _, known := ss.sqlPrepared[st.PrepareName]; !known {
+					if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z'); err != nil {
+						return err
+					}
+					delete(l.sqlPrepared, st.PrepareName)
+				}
+			}
+		}
+	}
+	return nil
+}

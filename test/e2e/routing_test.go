@@ -1,0 +1,424 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
+	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
+)
+
+// routedProxy starts kineticd with both standbys as replicas and
+// read_routing_mode prefer_replica, and waits until reads reach a replica
+// (the first health verdicts take a probe interval).
+func routedProxy(t *testing.T, cl *pgtest.Cluster, p kinetictest.Params) *kinetictest.Proxy {
+	t.Helper()
+	for _, s := range cl.Standbys {
+		p.Replicas = append(p.Replicas, s.Addr())
+	}
+	if p.ReadRoutingMode == "" {
+		p.ReadRoutingMode = "prefer_replica"
+	}
+	px := kinetictest.Start(t, cl, p)
+	ctx := ctxT(t, 30*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	defer c.Close(ctx)
+	awaitCond(t, 20*time.Second, "a read to reach a replica", func() (bool, error) {
+		var port int
+		err := c.QueryRow(ctx, "select inet_server_port()").Scan(&port)
+		return err == nil && port != cl.Primary.Port, err
+	})
+	return px
+}
+
+func replicaPorts(cl *pgtest.Cluster) map[int]bool {
+	m := map[int]bool{}
+	for _, s := range cl.Standbys {
+		m[s.Port] = true
+	}
+	return m
+}
+
+func portOf(t *testing.T, ctx context.Context, c *pgx.Conn, sql string, args ...any) int {
+	t.Helper()
+	var port int
+	if err := c.QueryRow(ctx, sql, args...).Scan(&port); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return port
+}
+
+func lastRoute(t *testing.T, ctx context.Context, c *pgx.Conn) string {
+	t.Helper()
+	var s string
+	if err := c.QueryRow(ctx, "show pg_kinetic.last_route", pgx.QueryExecModeSimpleProtocol).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestReadsReachReplicasWritesStayOnPrimary: autocommit reads are spread
+// over both replicas by weight, writes and write-capable transactions run
+// on the primary, read-only transactions stay on one replica.
+func TestReadsReachReplicasWritesStayOnPrimary(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 60*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	reps := replicaPorts(cl)
+	tbl := uniqueIdent("routed")
+	if _, err := c.Exec(ctx, "create table "+tbl+" (id int primary key, v text); create sequence "+tbl+"_seq"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cl.Primary.Exec(context.Background(), "drop table if exists "+tbl+"; drop sequence if exists "+tbl+"_seq")
+	})
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	seen := map[int]int{}
+	for i := 0; i < 40; i++ {
+		seen[portOf(t, ctx, c, "select inet_server_port()")]++
+	}
+	for p := range reps {
+		if seen[p] == 0 {
+			t.Errorf("replica %d served none of 40 reads: %v", p, seen)
+		}
+	}
+	if seen[cl.Primary.Port] != 0 {
+		t.Errorf("autocommit reads reached the primary: %v", seen)
+	}
+	if got := lastRoute(t, ctx, c); !strings.HasPrefix(got, "target=replica reason=read") {
+		t.Errorf("last_route after a read = %q", got)
+	}
+
+	for i := 0; i < 5; i++ {
+		if p := portOf(t, ctx, c, "insert into "+tbl+" values ($1, 'x') returning inet_server_port()", i); p != cl.Primary.Port {
+			t.Fatalf("INSERT ran on %d", p)
+		}
+	}
+	if got := lastRoute(t, ctx, c); !strings.HasPrefix(got, "target=primary reason=write") {
+		t.Errorf("last_route after a write = %q", got)
+	}
+	// Locking reads, nextval and writable CTEs are writes.
+	for _, q := range []string{
+		"select inet_server_port() from " + tbl + " where id = 1 for update",
+		"with x as (update " + tbl + " set v = 'y' where id = 1 returning 1) select inet_server_port() from x",
+		"select inet_server_port() from (select nextval('" + tbl + "_seq')) s",
+	} {
+		rows, err := c.Query(ctx, q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		for rows.Next() {
+			var p int
+			rows.Scan(&p)
+			if p != cl.Primary.Port {
+				t.Errorf("%s ran on %d", q, p)
+			}
+		}
+		rows.Close()
+	}
+
+	// A write-capable transaction: every statement on the primary.
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		var p int
+		if err := tx.QueryRow(ctx, "select inet_server_port()").Scan(&p); err != nil || p != cl.Primary.Port {
+			t.Fatalf("read in a read-write transaction on %d (%v)", p, err)
+		}
+	}
+	tx.Commit(ctx)
+
+	// A read-only transaction: one replica for all of it.
+	tx, err = c.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := 0
+	for i := 0; i < 5; i++ {
+		var p int
+		if err := tx.QueryRow(ctx, "select inet_server_port()").Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		if first == 0 {
+			first = p
+		}
+		if !reps[p] || p != first {
+			t.Fatalf("read-only transaction statement %d on %d (first %d)", i, p, first)
+		}
+	}
+	if _, err := tx.Exec(ctx, "insert into "+tbl+" values (100, 'no')"); pgCode(err) != "25006" {
+		t.Fatalf("write inside a read-only transaction: %v, want the server's 25006", err)
+	}
+	tx.Rollback(ctx)
+}
+
+// TestSetTransactionReadOnlyPinsAReplica: a plain BEGIN followed by SET
+// TRANSACTION READ ONLY runs on one replica; BEGIN followed by anything
+// else runs on the primary.
+func TestSetTransactionReadOnlyPinsAReplica(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 30*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	reps := replicaPorts(cl)
+	script := func(stmts ...string) []int {
+		var ports []int
+		for _, s := range stmts {
+			rows, err := c.Query(ctx, s, pgx.QueryExecModeSimpleProtocol)
+			if err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+			for rows.Next() {
+				var p int
+				rows.Scan(&p)
+				ports = append(ports, p)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+		return ports
+	}
+	ports := script("begin", "set transaction read only", "select inet_server_port()", "select inet_server_port()", "commit")
+	if len(ports) != 2 || !reps[ports[0]] || ports[0] != ports[1] {
+		t.Fatalf("BEGIN; SET TRANSACTION READ ONLY: ports %v", ports)
+	}
+	ports = script("begin", "select inet_server_port()", "select inet_server_port()", "commit")
+	if len(ports) != 2 || ports[0] != cl.Primary.Port || ports[1] != cl.Primary.Port {
+		t.Fatalf("BEGIN; SELECT: ports %v", ports)
+	}
+	// An empty transaction never reaches a server and still behaves.
+	script("begin", "commit")
+	script("start transaction", "rollback")
+	if c.PgConn().TxStatus() != 'I' {
+		t.Fatalf("status after empty transactions %q", c.PgConn().TxStatus())
+	}
+}
+
+// TestSessionStateFollowsTheSession: SET outside a transaction applies on
+// every server the session uses; temp tables pin the session to the
+// primary until DISCARD ALL.
+func TestSessionStateFollowsTheSession(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 30*time.Second)
+	cfg, _ := pgx.ParseConfig(px.AppDSN())
+	cfg.RuntimeParams["application_name"] = "follow-me"
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	reps := replicaPorts(cl)
+	if _, err := c.Exec(ctx, "set work_mem = '7MB'"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		var wm, app string
+		var p int
+		if err := c.QueryRow(ctx, "select current_setting('work_mem'), current_setting('application_name'), inet_server_port()").Scan(&wm, &app, &p); err != nil {
+			t.Fatal(err)
+		}
+		if wm != "7MB" || app != "follow-me" {
+			t.Fatalf("on %d: work_mem=%s application_name=%s", p, wm, app)
+		}
+	}
+	if _, err := c.Exec(ctx, "reset work_mem"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 6; i++ {
+		var wm string
+		if err := c.QueryRow(ctx, "select current_setting('work_mem')").Scan(&wm); err != nil || wm == "7MB" {
+			t.Fatalf("after RESET: work_mem=%s %v", wm, err)
+		}
+	}
+
+	if _, err := c.Exec(ctx, "create temp table pinme (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if p := portOf(t, ctx, c, "select inet_server_port()"); p != cl.Primary.Port {
+			t.Fatalf("read of a pinned session on %d", p)
+		}
+	}
+	if got := lastRoute(t, ctx, c); !strings.Contains(got, "reason=session_pinned") {
+		t.Errorf("last_route of a pinned session = %q", got)
+	}
+	if _, err := c.Exec(ctx, "discard all"); err != nil {
+		t.Fatal(err)
+	}
+	c.DeallocateAll(ctx) // pgx's cache is gone on the server too
+	awaitCond(t, 5*time.Second, "reads to leave the primary after DISCARD ALL", func() (bool, error) {
+		var p int
+		err := c.QueryRow(ctx, "select inet_server_port()", pgx.QueryExecModeSimpleProtocol).Scan(&p)
+		return reps[p], err
+	})
+}
+
+// TestPreparedStatementsAcrossServers: protocol-level named statements and
+// SQL PREPARE work whichever server a unit lands on.
+func TestPreparedStatementsAcrossServers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 30*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	reps := replicaPorts(cl)
+	tbl := uniqueIdent("prep")
+	if _, err := c.Exec(ctx, "create table "+tbl+" (id int primary key)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Primary.Exec(context.Background(), "drop table if exists "+tbl) })
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Prepare(ctx, "both", "select inet_server_port() where $1::int > 0"); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]int{}
+	for i := 1; i <= 30; i++ {
+		seen[portOf(t, ctx, c, "both", i)]++
+		// The same statement text as a write on the primary in between.
+		if p := portOf(t, ctx, c, "insert into "+tbl+" values ($1) returning inet_server_port()", i); p != cl.Primary.Port {
+			t.Fatalf("insert on %d", p)
+		}
+	}
+	n := 0
+	for p := range reps {
+		n += seen[p]
+	}
+	if n == 0 {
+		t.Fatalf("the prepared read never ran on a replica: %v", seen)
+	}
+	// Close and prepare again under the same name with other text.
+	if err := c.Deallocate(ctx, "both"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Prepare(ctx, "both", "select inet_server_port() + 0 * $1::int"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		portOf(t, ctx, c, "both", i)
+	}
+
+	// SQL-level PREPARE / EXECUTE / DEALLOCATE.
+	if _, err := c.Exec(ctx, "prepare sqlp as select inet_server_port()", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	seen = map[int]int{}
+	for i := 0; i < 20; i++ {
+		seen[portOf(t, ctx, c, "execute sqlp", pgx.QueryExecModeSimpleProtocol)]++
+	}
+	n = 0
+	for p := range reps {
+		n += seen[p]
+	}
+	if n == 0 {
+		t.Fatalf("EXECUTE of a prepared read never ran on a replica: %v", seen)
+	}
+	if _, err := c.Exec(ctx, "deallocate sqlp", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "prepare sqlp as select 1 + inet_server_port()", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatalf("PREPARE again after DEALLOCATE: %v", err)
+	}
+	for i := 0; i < 10; i++ {
+		if p := portOf(t, ctx, c, "execute sqlp", pgx.QueryExecModeSimpleProtocol); p < 1 {
+			t.Fatal(p)
+		}
+	}
+	if _, err := c.Exec(ctx, "execute no_such_statement", pgx.QueryExecModeSimpleProtocol); pgCode(err) != "26000" {
+		t.Fatalf("EXECUTE of an unknown statement: %v, want 26000", err)
+	}
+}
+
+// TestVolatileFunctionsGoToPrimary: a user function that is VOLATILE in
+// the primary's catalog makes a SELECT a write; a STABLE one does not.
+func TestVolatileFunctionsGoToPrimary(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 30*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	reps := replicaPorts(cl)
+	vol, stab := uniqueIdent("vol_fn"), uniqueIdent("stable_fn")
+	for _, q := range []string{
+		"create function " + vol + "() returns int language sql volatile as 'select inet_server_port()'",
+		"create function " + stab + "() returns int language sql stable as 'select inet_server_port()'",
+	} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		cl.Primary.Exec(context.Background(), "drop function if exists "+vol+"(); drop function if exists "+stab+"()")
+	})
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if p := portOf(t, ctx, c, "select "+vol+"()"); p != cl.Primary.Port {
+			t.Fatalf("volatile function ran on %d", p)
+		}
+		if p := portOf(t, ctx, c, "select "+stab+"()"); !reps[p] {
+			t.Fatalf("stable function ran on %d, want a replica", p)
+		}
+	}
+}
+
+// TestReplicaDownFallsBackOrRejects: with a replica stopped, reads go to
+// the other one; with none left, prefer_replica falls back to the primary
+// and require_replica rejects with KN001.
+func TestReplicaDownFallsBackOrRejects(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
+	ctx := ctxT(t, 60*time.Second)
+	prefer := routedProxy(t, cl, kinetictest.Params{})
+	require := routedProxy(t, cl, kinetictest.Params{ReadRoutingMode: "require_replica"})
+	pc := connect(t, ctx, prefer.AppDSN())
+	rc := connect(t, ctx, require.AppDSN())
+	replica := cl.Standbys[0]
+	if p := portOf(t, ctx, rc, "select inet_server_port()"); p != replica.Port {
+		t.Fatalf("require_replica read on %d", p)
+	}
+	if err := replica.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Start(context.Background()) })
+	// Until a probe notices, a read may try the stopped replica: it is
+	// retried elsewhere, never an error, under prefer_replica.
+	for i := 0; i < 20; i++ {
+		if p := portOf(t, ctx, pc, "select inet_server_port()"); p != cl.Primary.Port {
+			t.Fatalf("read with the only replica down ran on %d", p)
+		}
+	}
+	if got := lastRoute(t, ctx, pc); !strings.Contains(got, "target=primary") || !strings.Contains(got, "reason=replica_unavailable") {
+		t.Errorf("last_route = %q", got)
+	}
+	_, err := rc.Exec(ctx, "select 1")
+	if pgCode(err) != "KN001" {
+		t.Fatalf("require_replica with no replica: %v, want KN001", err)
+	}
+	if !strings.Contains(err.Error(), "no server can serve this read within its consistency contract") {
+		t.Errorf("KN001 message: %v", err)
+	}
+	// Writes still work under require_replica.
+	if p := portOf(t, ctx, rc, "select inet_server_port() from (select txid_current()) x"); p != cl.Primary.Port {
+		t.Fatalf("write under require_replica ran on %d", p)
+	}
+	if err := replica.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 30*time.Second, "reads to return to the restarted replica", func() (bool, error) {
+		var p int
+		err := pc.QueryRow(ctx, "select inet_server_port()").Scan(&p)
+		return p == replica.Port, err
+	})
+}
