@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
@@ -315,6 +316,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		}
 		s := ss.sessionInfoLocked()
 		d = ss.decideLocked(s, u, tried)
+		retryable := d.target == targetReplica && u.read && !u.txStart && !s.inTx && !open && ss.deferred == ""
 		ss.mu.Unlock()
 
 		if d.target == targetRejected {
@@ -322,27 +324,68 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		}
 		if d.target == targetPrimary {
 			l = ss.primary
-			break
+		} else {
+			var err error
+			if l, err = ss.replicaLink(d.addr); err != nil {
+				// The replica refused: skip it for a while and decide
+				// again, with the same unit, elsewhere (fallback_policy
+				// applies).
+				tried[d.addr] = true
+				ss.log.Info("replica unavailable for a read; trying elsewhere", zap.String("server", d.addr), zap.Error(err))
+				continue
+			}
 		}
-		var err error
-		l, err = ss.replicaLink(d.addr)
-		if err == nil {
-			break
+		if err := ss.prepareLink(l, decisions); err != nil {
+			return nil, err
 		}
-		// The replica refused: skip it for a while and decide again, with
-		// the same unit, elsewhere (fallback_policy applies).
+		ss.recordRoute(d, decisions)
+		if !retryable {
+			return l, ss.write(l, b)
+		}
+		// A safe read on a replica: if the replica fails before the first
+		// byte of the answer reached the client, run it once elsewhere.
+		ss.mu.Lock()
+		ss.awaiting, ss.answered = l, false
+		ss.mu.Unlock()
+		l.awaitingFirst.Store(true)
+		if err := ss.write(l, b); err != nil && !errors.Is(err, errServerGone) {
+			return nil, err
+		}
+		ss.mu.Lock()
+		for !ss.answered && !l.dead && !ss.killed {
+			ss.cond.Wait()
+		}
+		lost := l.dead && !ss.answered && !ss.killed
+		ss.awaiting = nil
+		l.awaitingFirst.Store(false)
+		if lost {
+			// Its ReadyForQuery will never come; forget what we counted.
+			ss.pending -= countSyncs(b)
+			ss.unsynced = false
+			ss.cur = nil
+		}
+		ss.mu.Unlock()
+		if !lost {
+			return l, nil
+		}
+		if tried[d.addr] {
+			return nil, fatalf(codeConnectionFailure, "pg-kinetic: lost the connection to the server")
+		}
 		tried[d.addr] = true
-		ss.log.Info("replica unavailable for a read; trying elsewhere", zap.String("server", d.addr), zap.Error(err))
+		ss.srv.backoff.failed(d.addr, time.Now())
+		ss.log.Warn("replica failed before answering a read; retrying it elsewhere", zap.String("server", d.addr))
 	}
+}
 
-	if err := ss.prepareLink(l, decisions); err != nil {
-		return nil, err
+// countSyncs is the number of ReadyForQuery messages a batch asks for.
+func countSyncs(b *batch) int {
+	n := 0
+	for _, m := range b.msgs {
+		if m.typ == 'S' || m.typ == 'Q' || m.typ == 'F' {
+			n++
+		}
 	}
-	ss.recordRoute(d, decisions)
-	if err := ss.write(l, b); err != nil {
-		return nil, err
-	}
-	return l, nil
+	return n
 }
 
 // sessionInfoLocked snapshots what decide needs. Callers hold ss.mu.

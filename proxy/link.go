@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -41,6 +42,11 @@ type link struct {
 
 	readerDone chan error
 	dead       bool // the reader ended; the link must not be used
+
+	// awaitingFirst is set while a retryable read waits for the first
+	// byte of its answer (see session.awaiting); atomic so the reader
+	// checks it without the session lock on every message.
+	awaitingFirst atomic.Bool
 }
 
 // expect is one injected response to drop.
@@ -165,6 +171,15 @@ func (ss *session) serverToClient(l *link) error {
 			continue
 		}
 
+		if l.awaitingFirst.Load() {
+			l.awaitingFirst.Store(false)
+			ss.mu.Lock()
+			if ss.awaiting == l && !ss.answered {
+				ss.answered = true
+				ss.cond.Broadcast()
+			}
+			ss.mu.Unlock()
+		}
 		closeNow := false
 		ss.wmu.Lock()
 		werr := wire.WriteHeader(ss.w, h)
@@ -246,6 +261,9 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 	ss.mu.Lock()
 	l.dead = true
 	serving := l == ss.cur && (ss.pending > 0 || ss.tx != 'I')
+	if ss.awaiting == l && !ss.answered {
+		serving = false // the session goroutine retries the read elsewhere
+	}
 	ss.cond.Broadcast()
 	ss.mu.Unlock()
 	if l.replica && !serving {

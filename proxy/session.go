@@ -73,6 +73,11 @@ type session struct {
 	effects     []effect            // of the unit in progress, applied when it ends well
 
 	lastRoute string // SHOW pg_kinetic.last_route
+
+	// awaiting is a replica link running a retryable read; answered turns
+	// true when the first byte of its answer is about to reach the client.
+	awaiting *link
+	answered bool
 }
 
 // send writes proxy-generated messages to the client and flushes.

@@ -422,3 +422,37 @@ func TestReplicaDownFallsBackOrRejects(t *testing.T) {
 		return p == replica.Port, err
 	})
 }
+
+// TestReadRetriedWhenReplicaDiesBeforeAnswering: a replica killed while it
+// runs a read, before any byte of the answer reached the client, costs
+// the client nothing: the read runs once more elsewhere.
+func TestReadRetriedWhenReplicaDiesBeforeAnswering(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
+	ctx := ctxT(t, 60*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	c := connect(t, ctx, px.AppDSN())
+	replica := cl.Standbys[0]
+	done := make(chan error, 1)
+	var port int
+	go func() {
+		done <- c.QueryRow(ctx, "select inet_server_port() from pg_sleep(2) /* retry-me */").Scan(&port)
+	}()
+	awaitCond(t, 20*time.Second, "the read to run on the replica", func() (bool, error) {
+		n, err := replica.QueryString(ctx, "select count(*) from pg_stat_activity where query like '%retry-me%' and pid <> pg_backend_pid()")
+		return n == "1", err
+	})
+	if err := replica.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Start(context.Background()) })
+	if err := <-done; err != nil {
+		t.Fatalf("the read failed instead of being retried: %v", err)
+	}
+	if port != cl.Primary.Port {
+		t.Fatalf("retried read ran on %d, want the primary (the only server left)", port)
+	}
+	// The session goes on.
+	if p := portOf(t, ctx, c, "select inet_server_port()"); p != cl.Primary.Port {
+		t.Fatalf("next read on %d", p)
+	}
+}
