@@ -102,6 +102,11 @@ var writeFunctions = map[string]fnFlags{
 	"pg_logical_slot_get_binary_changes":  fnWrite,
 	"pg_logical_slot_peek_changes":        fnWrite,
 	"pg_logical_slot_peek_binary_changes": fnWrite,
+	"brin_summarize_range":                fnWrite,
+	"brin_summarize_new_values":           fnWrite,
+	"brin_desummarize_range":              fnWrite,
+	"gin_clean_pending_list":              fnWrite,
+	"pg_nextoid":                          fnWrite,
 
 	// dblink: a named connection lives as long as the session.
 	"dblink_connect":                      fnWrite | fnPin,
@@ -224,7 +229,7 @@ var safeFunctions = toSet(
 	// Text search.
 	"to_tsvector", "to_tsquery", "plainto_tsquery", "phraseto_tsquery", "websearch_to_tsquery",
 	"ts_rank", "ts_rank_cd", "ts_headline", "setweight", "strip", "tsvector_to_array",
-	"array_to_tsvector", "numnode", "querytree", "ts_rewrite", "ts_lexize", "ts_delete",
+	"array_to_tsvector", "numnode", "querytree", "ts_lexize", "ts_delete",
 	"ts_filter", "get_current_ts_config",
 
 	// Catalog and session information.
@@ -244,7 +249,7 @@ var safeFunctions = toSet(
 	"pg_is_other_temp_schema", "pg_jit_available", "pg_trigger_depth", "pg_input_is_valid",
 	"pg_input_error_info", "to_regclass", "to_regtype", "to_regproc", "to_regprocedure",
 	"to_regnamespace", "to_regrole", "to_regoper", "to_regoperator", "to_regcollation",
-	"to_regtypemod", "num_nulls", "num_nonnulls", "collation_for", "pg_collation_for",
+	"to_regtypemod", "num_nulls", "num_nonnulls", "pg_collation_for",
 	"pg_column_compression", "pg_stat_get_activity",
 	"pg_blocking_pids", "pg_safe_snapshot_blocking_pids", "pg_listening_channels",
 	"pg_notification_queue_usage", "system_user", "session_user", "current_user",
@@ -260,7 +265,6 @@ var safeFunctions = toSet(
 	// Miscellaneous.
 	"uuid_extract_timestamp", "uuid_extract_version", "xmlexists", "xpath", "xpath_exists",
 	"xml_is_well_formed", "xml_is_well_formed_document", "xml_is_well_formed_content",
-	"greatest", "least",
 )
 
 func toSet(names ...string) map[string]struct{} {

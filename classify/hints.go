@@ -20,8 +20,7 @@ type Hints struct {
 // hintPrefix opens a hint comment's body (case-insensitive).
 const hintPrefix = "pg-kinetic:"
 
-// scanPrefix is how much of a text is lexed first when looking for a
-// leading comment; the whole text is lexed only when a token reaches the cut.
+// scanPrefix is the second prefix length tried by ParseHints.
 const scanPrefix = 4096
 
 // ParseHints returns the hints of sql's leading comment. A hint comment is
@@ -39,40 +38,59 @@ func ParseHints(sql string) (h Hints, ok bool) {
 	if !startsWithComment(sql) {
 		return Hints{}, false // the first token is no comment: no lexing needed
 	}
-	text := sql
-	if len(text) > scanPrefix {
-		text = text[:scanPrefix]
+	// Lex as little as answers: first up to the end of the first comment,
+	// then a few KiB, then everything.
+	var buf [3]int
+	for _, n := range prefixLengths(sql, buf[:0]) {
+		h, ok, sure := leadingHint(sql, n)
+		if sure {
+			return h, ok
+		}
 	}
-	for {
-		res, err := pg.Scan(text)
-		cut := len(text) < len(sql)
-		if err != nil {
-			if cut { // perhaps a comment or string cut in two: lex it all
-				text = sql
-				continue
-			}
-			return Hints{}, false
-		}
-		for _, t := range res.GetTokens() {
-			if cut && int(t.GetEnd()) >= len(text) {
-				break // may be a part of a longer token
-			}
-			switch t.GetToken() {
-			case pg.Token_C_COMMENT:
-				if h, ok := parseHintComment(sql[t.GetStart():t.GetEnd()]); ok {
-					return h, true
-				}
-				continue
-			case pg.Token_SQL_COMMENT:
-				continue
-			}
-			return Hints{}, false // the first real token
-		}
-		if !cut {
-			return Hints{}, false // only comments
-		}
-		text = sql
+	return Hints{}, false
+}
+
+// prefixLengths appends to out the prefix lengths of sql that ParseHints
+// lexes in turn; the last is len(sql).
+func prefixLengths(sql string, out []int) []int {
+	if i := strings.Index(sql, "*/"); i >= 0 && i+2 < len(sql) && i+2 < scanPrefix {
+		out = append(out, i+2)
 	}
+	if len(sql) > scanPrefix {
+		out = append(out, scanPrefix)
+	}
+	return append(out, len(sql))
+}
+
+// leadingHint lexes sql[:n] and looks for a hint comment before the first
+// token. sure is false when the answer may change with more text: the
+// lexer failed on a cut text, or the first token, or a line comment, runs
+// into the cut. A C comment is always whole once the lexer returns it.
+func leadingHint(sql string, n int) (h Hints, ok, sure bool) {
+	cut := n < len(sql)
+	res, err := pg.Scan(sql[:n])
+	if err != nil {
+		return Hints{}, false, !cut
+	}
+	for _, t := range res.GetTokens() {
+		switch t.GetToken() {
+		case pg.Token_C_COMMENT:
+			if h, ok := parseHintComment(sql[t.GetStart():t.GetEnd()]); ok {
+				return h, true, true
+			}
+			continue
+		case pg.Token_SQL_COMMENT:
+			if cut && int(t.GetEnd()) >= n {
+				return Hints{}, false, false
+			}
+			continue
+		}
+		if cut && int(t.GetEnd()) >= n {
+			return Hints{}, false, false // may be a part of a longer token, or of "/*"
+		}
+		return Hints{}, false, true // the first real token
+	}
+	return Hints{}, false, !cut // only comments so far
 }
 
 // startsWithComment reports whether sql, after PostgreSQL whitespace,
