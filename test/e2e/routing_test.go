@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -454,5 +455,76 @@ func TestReadRetriedWhenReplicaDiesBeforeAnswering(t *testing.T) {
 	// The session goes on.
 	if p := portOf(t, ctx, c, "select inet_server_port()"); p != cl.Primary.Port {
 		t.Fatalf("next read on %d", p)
+	}
+}
+
+// TestPgbenchReadOnlyOnReplicas: pgbench's select-only script in all three
+// protocols (prepared: named statements re-prepared on whichever server a
+// Bind lands) runs with 0 failures and the replicas serving the reads.
+func TestPgbenchReadOnlyOnReplicas(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 5*time.Minute)
+	db := uniqueIdent("benchro")
+	if err := cl.Primary.Exec(ctx, "CREATE DATABASE "+db+" OWNER "+pgtest.AppUser); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cl.Primary.Exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+	})
+	reps := ""
+	for _, s := range cl.Standbys {
+		reps += "[[routes.replicas]]\naddress = \"" + s.Addr() + "\"\n"
+	}
+	extra := "\n[[routes]]\nname = \"benchro\"\ndatabase = \"" + db + "\"\n[routes.primary]\naddress = \"" + cl.Primary.Addr() + "\"\n" + reps +
+		"[routes.read_routing]\nread_routing_mode = \"prefer_replica\"\n[routes.ha]\nreplica_health_interval_ms = 200\nreplica_health_timeout_ms = 150\n[routes.pool]\nsize = 8\n"
+	px := kinetictest.Start(t, cl, kinetictest.Params{Extra: extra})
+	env := clientEnv()
+	args := func(extra ...string) []string {
+		return append(append(extra, "-h", "127.0.0.1", "-p", fmt.Sprint(px.Port()), "-U", pgtest.AppUser), db)
+	}
+	if r := runClient(t, ctx, env, nil, "pgbench", args("-i", "-s", "1")...); r.code != 0 {
+		t.Fatalf("pgbench -i:\n%s", r)
+	}
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, px.DSN(pgtest.AppUser, pgtest.AppPassword, db))
+	awaitCond(t, 20*time.Second, "a read of the bench route to reach a replica", func() (bool, error) {
+		var p int
+		err := conn.QueryRow(ctx, "select inet_server_port()").Scan(&p)
+		return err == nil && p != cl.Primary.Port, err
+	})
+	commits := func(s *pgtest.Server) int64 {
+		v, err := s.QueryString(ctx, "select xact_commit from pg_stat_database where datname = '"+db+"'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		fmt.Sscan(v, &n)
+		return n
+	}
+	for _, mode := range []string{"simple", "extended", "prepared"} {
+		before := map[string]int64{}
+		for _, s := range append([]*pgtest.Server{cl.Primary}, cl.Standbys...) {
+			before[s.Name] = commits(s)
+		}
+		r := runClient(t, ctx, env, nil, "pgbench", args("-S", "-M", mode, "-c", "4", "-j", "2", "-t", "250")...)
+		res, err := parsePgbench(r.stdout)
+		if r.code != 0 || err != nil || res.failed != 0 || res.processed != 1000 {
+			t.Fatalf("pgbench -S -M %s: %+v %v\n%s", mode, res, err, r)
+		}
+		// Statistics reach pg_stat_database within a second or so.
+		var onReplicas int64
+		awaitCond(t, 10*time.Second, "replica statistics to show the run", func() (bool, error) {
+			onReplicas = 0
+			for _, s := range cl.Standbys {
+				onReplicas += commits(s) - before[s.Name]
+			}
+			return onReplicas >= 900, nil
+		})
+		t.Logf("pgbench -S -M %s: %d transactions, 0 failed, %.0f tps; replica commits +%d, primary +%d",
+			mode, res.processed, res.tps, onReplicas, commits(cl.Primary)-before[cl.Primary.Name])
 	}
 }
