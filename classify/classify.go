@@ -185,6 +185,7 @@ type Classifier struct {
 	maxCachedText int
 	uncached      atomic.Uint64 // misses of texts the cache does not take
 	fns           funcLists
+	noFastPath    bool // testing knob: always take the full path
 }
 
 // New returns a Classifier with the given options.
@@ -234,11 +235,30 @@ func (c *Classifier) Stats() (hits, misses uint64) {
 // decide classifies a text without the cache.
 func (c *Classifier) decide(sql string) Decision {
 	hints, _ := ParseHints(sql)
+	unclassified := Decision{Hints: hints, Kind: KindWrite, Reason: ReasonUnclassified}
+	d := Decision{Hints: hints, Kind: KindRead, Reason: ReasonRead}
+	if !c.noFastPath {
+		funcs, ok, err := c.fastSelects(sql)
+		if err != nil {
+			return unclassified
+		}
+		if ok {
+			if len(funcs) > 0 {
+				d.Statements = make([]Statement, len(funcs))
+			}
+			var all []string
+			for i, f := range funcs {
+				d.Statements[i] = Statement{Kind: KindRead, Reason: ReasonRead, Funcs: f}
+				all = append(all, f...)
+			}
+			d.Funcs = sortedUnique(all)
+			return d
+		}
+	}
 	tree, err := pg.Parse(sql)
 	if err != nil {
-		return Decision{Hints: hints, Kind: KindWrite, Reason: ReasonUnclassified}
+		return unclassified
 	}
-	d := Decision{Hints: hints, Kind: KindRead, Reason: ReasonRead}
 	if len(tree.Stmts) == 0 {
 		return d // empty or only comments: the server answers EmptyQueryResponse
 	}

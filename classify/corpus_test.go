@@ -375,6 +375,14 @@ func trimInner(d Decision) Decision {
 	return d
 }
 
+// fullPath returns an uncached Classifier that never takes the fast path.
+func fullPath(o Options) *Classifier {
+	o.CacheSize = -1
+	c := New(o)
+	c.noFastPath = true
+	return c
+}
+
 func TestCorpus(t *testing.T) {
 	entries := loadCorpus(t)
 	classifiers := map[string]*Classifier{}
@@ -382,6 +390,7 @@ func TestCorpus(t *testing.T) {
 		classifiers[name] = New(o)
 	}
 	seen := map[string]int{}
+	fastCount := 0
 	for _, e := range entries {
 		key := e.expect + "\x00" + e.sql
 		if prev, dup := seen[key]; dup {
@@ -409,8 +418,16 @@ func TestCorpus(t *testing.T) {
 		if again := c.Classify(e.sql); !reflect.DeepEqual(again, got) {
 			t.Errorf("corpus.txt:%d: cached decision differs", e.line)
 		}
+		// The fast path and the full path agree.
+		full := fullPath(corpusOptions[opts])
+		if f := full.Classify(e.sql); !reflect.DeepEqual(f, got) {
+			t.Errorf("corpus.txt:%d: %q: full path differs from fast path\n full: %s fast: %s", e.line, e.sql, describe(f), describe(got))
+		}
+		if _, fast, _ := c.fastSelects(e.sql); fast {
+			fastCount++
+		}
 	}
-	t.Logf("corpus: %d entries", len(entries))
+	t.Logf("corpus: %d entries, %d answered by the fast path", len(entries), fastCount)
 	if len(entries) < 150 {
 		t.Errorf("corpus has %d entries, want at least 150", len(entries))
 	}

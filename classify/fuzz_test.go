@@ -27,6 +27,10 @@ func FuzzClassify(f *testing.F) {
 		if fresh := New(Options{CacheSize: -1}).Classify(sql); !reflect.DeepEqual(fresh, d) {
 			t.Fatalf("%q: fresh classification differs:\n%s\n%s", sql, describe(fresh), describe(d))
 		}
+		// The fast path (JSON) and the full path (protobuf tree) agree.
+		if full := fullPath(Options{}).Classify(sql); !reflect.DeepEqual(full, d) {
+			t.Fatalf("%q: full path differs from fast path:\nfull: %s\nfast: %s", sql, describe(full), describe(d))
+		}
 	})
 }
 

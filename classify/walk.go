@@ -76,29 +76,38 @@ func (w *walker) funcCall(f *pg.FuncCall) {
 	if len(names) >= 2 {
 		schema = names[len(names)-2].GetString_().GetSval()
 	}
-	lname, lschema := strings.ToLower(name), strings.ToLower(schema)
-	builtin := schema == "" || schema == "pg_catalog"
-
-	if w.c.fns.isWrite(lschema, lname) {
+	fl, unknown := w.c.funcKind(schema, name)
+	switch {
+	case fl != 0:
 		w.write = true
-		return
+		if fl&fnPin != 0 && !(strings.EqualFold(name, "set_config") && setConfigIsLocal(f.GetArgs())) {
+			w.pin = true
+		}
+	case unknown:
+		w.funcs = append(w.funcs, name)
+	}
+}
+
+// funcKind sorts a called function (schema "" when unqualified): a write
+// (fl != 0, with fnPin when it leaves session state behind), a known-safe
+// function, or unknown (for the catalog lookup).
+func (c *Classifier) funcKind(schema, name string) (fl fnFlags, unknown bool) {
+	lname, lschema := strings.ToLower(name), strings.ToLower(schema)
+	if c.fns.isWrite(lschema, lname) {
+		return fnWrite, false
 	}
 	// Built-in write functions are matched in any schema and any case:
 	// a user function of the same name goes to the primary too.
 	if fl := builtinWrite(lname); fl != 0 {
-		w.write = true
-		if fl&fnPin != 0 && !(lname == "set_config" && setConfigIsLocal(f.GetArgs())) {
-			w.pin = true
-		}
-		return
+		return fl, false
 	}
-	if w.c.fns.isReadOnly(lschema, lname) {
-		return
+	if c.fns.isReadOnly(lschema, lname) {
+		return 0, false
 	}
-	if _, ok := safeFunctions[name]; ok && builtin {
-		return
+	if _, ok := safeFunctions[name]; ok && (schema == "" || schema == "pg_catalog") {
+		return 0, false
 	}
-	w.funcs = append(w.funcs, name)
+	return 0, true
 }
 
 // setConfigIsLocal reports whether set_config's is_local argument is a
