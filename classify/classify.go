@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 )
@@ -235,12 +236,33 @@ func (c *Classifier) Stats() (hits, misses uint64) {
 // decide classifies a text without the cache.
 func (c *Classifier) decide(sql string) Decision {
 	hints, _ := ParseHints(sql)
-	unclassified := Decision{Hints: hints, Kind: KindWrite, Reason: ReasonUnclassified}
-	d := Decision{Hints: hints, Kind: KindRead, Reason: ReasonRead}
+	text := sql
+	escaped := !utf8.ValidString(sql)
+	if escaped {
+		var ok bool
+		if text, ok = escapeInvalidUTF8(sql); !ok {
+			return Decision{Hints: hints, Kind: KindWrite, Reason: ReasonUnclassified}
+		}
+	}
+	d, ok := c.decideText(text)
+	if !ok {
+		return Decision{Hints: hints, Kind: KindWrite, Reason: ReasonUnclassified}
+	}
+	if escaped {
+		unescapeDecision(&d)
+	}
+	d.Hints = hints
+	return d
+}
+
+// decideText classifies valid UTF-8 text; ok is false when it does not
+// parse.
+func (c *Classifier) decideText(sql string) (d Decision, ok bool) {
+	d = Decision{Kind: KindRead, Reason: ReasonRead}
 	if !c.noFastPath {
 		funcs, ok, err := c.fastSelects(sql)
 		if err != nil {
-			return unclassified
+			return d, false
 		}
 		if ok {
 			if len(funcs) > 0 {
@@ -252,15 +274,15 @@ func (c *Classifier) decide(sql string) Decision {
 				all = append(all, f...)
 			}
 			d.Funcs = sortedUnique(all)
-			return d
+			return d, true
 		}
 	}
 	tree, err := pg.Parse(sql)
 	if err != nil {
-		return unclassified
+		return d, false
 	}
 	if len(tree.Stmts) == 0 {
-		return d // empty or only comments: the server answers EmptyQueryResponse
+		return d, true // empty or only comments: the server answers EmptyQueryResponse
 	}
 	d.Statements = make([]Statement, 0, len(tree.Stmts))
 	var funcs []string
@@ -278,7 +300,7 @@ func (c *Classifier) decide(sql string) Decision {
 	if d.Kind == KindRead {
 		d.Funcs = sortedUnique(funcs)
 	}
-	return d
+	return d, true
 }
 
 func sortedUnique(s []string) []string {
