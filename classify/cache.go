@@ -19,7 +19,9 @@ type cacheShard struct {
 	mu           sync.Mutex
 	m            map[string]*cacheEntry
 	root         cacheEntry // sentinel: root.next is the most recent
-	capacity     int
+	capacity     int        // entries
+	bytes        int        // held by entries (their cost)
+	maxBytes     int
 	hits, misses uint64
 	_            [64]byte // keep shards' hot fields on separate cache lines
 }
@@ -27,7 +29,14 @@ type cacheShard struct {
 type cacheEntry struct {
 	key        string
 	d          Decision
+	cost       int
 	prev, next *cacheEntry
+}
+
+// entryCost estimates the memory an entry holds: its text, the entry and
+// map slot, and the decision's statements.
+func entryCost(key string, d *Decision) int {
+	return len(key) + 160 + 200*len(d.Statements)
 }
 
 // maxShards bounds the shard count; a small cache gets fewer shards so that
@@ -37,21 +46,24 @@ const (
 	minShardLength = 64
 )
 
-func newCache(size int) *cache {
+// newCache returns a cache of at most size entries costing at most
+// maxBytes (see entryCost) in all.
+func newCache(size, maxBytes int) *cache {
 	n := 1
 	for n < maxShards && size/(n*2) >= minShardLength {
 		n *= 2
 	}
 	c := &cache{seed: maphash.MakeSeed(), shards: make([]cacheShard, n), mask: uint64(n - 1)}
-	per := (size + n - 1) / n
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.m = make(map[string]*cacheEntry)
-		s.capacity = per
+		s.capacity = (size + n - 1) / n
+		s.maxBytes = (maxBytes + n - 1) / n
 		s.root.next, s.root.prev = &s.root, &s.root
 	}
 	return c
 }
+
 
 func (c *cache) shard(key string) *cacheShard {
 	return &c.shards[maphash.String(c.seed, key)&c.mask]
@@ -76,27 +88,30 @@ func (c *cache) get(key string) (Decision, bool) {
 }
 
 // put stores d under key (which must not alias a reused buffer), evicting
-// the least recently used entry of the shard when it is full.
+// the least recently used entries of the shard while it is over its entry
+// count or its bytes. An entry costing more than a shard holds is dropped.
 func (c *cache) put(key string, d Decision) {
+	cost := entryCost(key, &d)
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if cost > s.maxBytes {
+		return
+	}
 	if e, ok := s.m[key]; ok { // a concurrent miss of the same text got here first
-		e.d = d
 		s.unlink(e)
 		s.pushFront(e)
 		return
 	}
-	var e *cacheEntry
-	if len(s.m) >= s.capacity {
-		e = s.root.prev // reuse the oldest entry
-		s.unlink(e)
-		delete(s.m, e.key)
-	} else {
-		e = new(cacheEntry)
+	for len(s.m) > 0 && (len(s.m) >= s.capacity || s.bytes+cost > s.maxBytes) {
+		old := s.root.prev
+		s.unlink(old)
+		delete(s.m, old.key)
+		s.bytes -= old.cost
 	}
-	e.key, e.d = key, d
+	e := &cacheEntry{key: key, d: d, cost: cost}
 	s.m[key] = e
+	s.bytes += cost
 	s.pushFront(e)
 }
 
@@ -111,15 +126,16 @@ func (c *cache) stats() (hits, misses uint64) {
 	return hits, misses
 }
 
-func (c *cache) len() int {
-	n := 0
+// size reports the entries held and their cost.
+func (c *cache) size() (entries, bytes int) {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
-		n += len(s.m)
+		entries += len(s.m)
+		bytes += s.bytes
 		s.mu.Unlock()
 	}
-	return n
+	return entries, bytes
 }
 
 func (s *cacheShard) unlink(e *cacheEntry) {

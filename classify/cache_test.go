@@ -42,7 +42,7 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 	c.Classify(q(0)) // 0 is now the most recent; 1 the least
 	c.Classify(q(3)) // evicts 1
-	if n := c.cache.len(); n != 3 {
+	if n, _ := c.cache.size(); n != 3 {
 		t.Fatalf("cache holds %d entries, want 3", n)
 	}
 	_, m0 := c.Stats()
@@ -63,8 +63,27 @@ func TestCacheBounded(t *testing.T) {
 	for i := 0; i < 5000; i++ {
 		c.Classify(fmt.Sprintf("SELECT %d", i))
 	}
-	if n := c.cache.len(); n > 1000 {
+	if n, _ := c.cache.size(); n > 1000 {
 		t.Fatalf("cache holds %d entries, bound is 1000", n)
+	}
+}
+
+func TestCacheBytesBounded(t *testing.T) {
+	const budget = 100_000
+	c := New(Options{CacheBytes: budget})
+	pad := strings.Repeat("x", 1000)
+	for i := 0; i < 1000; i++ {
+		c.Classify(fmt.Sprintf("SELECT '%s', %d", pad, i))
+	}
+	n, bytes := c.cache.size()
+	if bytes > budget || n == 0 {
+		t.Fatalf("cache holds %d entries costing %d bytes; budget %d", n, bytes, budget)
+	}
+	// The most recent text is still there.
+	_, m0 := c.Stats()
+	c.Classify(fmt.Sprintf("SELECT '%s', %d", pad, 999))
+	if _, m := c.Stats(); m != m0 {
+		t.Fatal("most recent entry evicted")
 	}
 }
 
@@ -76,7 +95,7 @@ func TestCacheSkipsLongTexts(t *testing.T) {
 	if hits, misses := c.Stats(); hits != 0 || misses != 2 {
 		t.Fatalf("Stats() = %d, %d; want 0 hits, 2 misses", hits, misses)
 	}
-	if n := c.cache.len(); n != 0 {
+	if n, _ := c.cache.size(); n != 0 {
 		t.Fatalf("long text cached")
 	}
 }

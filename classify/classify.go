@@ -150,7 +150,7 @@ type Setting struct {
 // Decision is the classification of one query text. It is shared with the
 // cache: callers must not modify its slices.
 type Decision struct {
-	Statements []Statement // one per statement, in order; nil when the text does not parse
+	Statements []Statement // one per statement, in order; nil when the text does not parse or is empty
 	Hints      Hints       // from the leading comment of the text, if any
 	Kind       Kind        // KindRead only when every statement is a read
 	Reason     string      // ReasonRead, ReasonWrite or ReasonUnclassified
@@ -165,9 +165,12 @@ type Options struct {
 	// CacheSize is the number of texts whose decisions are kept (LRU).
 	// 0 means 10000; negative disables the cache.
 	CacheSize int
+	// CacheBytes bounds the memory the cache holds (texts and decisions,
+	// estimated). 0 means 32 MiB.
+	CacheBytes int
 	// MaxCachedText is the longest text (bytes) that is cached; longer ones
 	// are classified every time (bulk statements are rarely repeated and
-	// would pin memory). 0 means 64 KiB.
+	// would crowd out the rest). 0 means 64 KiB.
 	MaxCachedText int
 	// WriteFunctions (routes.read_routing.write_functions): calling any
 	// makes a statement a write. "name" matches the function in any
@@ -204,7 +207,11 @@ func New(opts Options) *Classifier {
 		fns:           newFuncLists(opts.WriteFunctions, opts.ReadOnlyFunctions),
 	}
 	if size > 0 {
-		c.cache = newCache(size)
+		maxBytes := opts.CacheBytes
+		if maxBytes <= 0 {
+			maxBytes = 32 << 20
+		}
+		c.cache = newCache(size, maxBytes)
 	}
 	return c
 }
