@@ -64,7 +64,6 @@ func newCache(size, maxBytes int) *cache {
 	return c
 }
 
-
 func (c *cache) shard(key string) *cacheShard {
 	return &c.shards[maphash.String(c.seed, key)&c.mask]
 }
