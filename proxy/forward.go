@@ -503,7 +503,7 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 			u.pinEffect = true
 		case classify.EffectExecute:
 			p, ok := ss.sqlPrepared[st.PrepareName]
-			stRead = ok && p.inner == classify.KindRead
+			stRead = ok && p.inner == classify.KindRead && !st.ParamsWrite
 			stReason = reasonWrite
 		case classify.EffectPrepare:
 			if len(d.Statements) > 1 {
@@ -540,6 +540,9 @@ func (ss *session) recordRoute(d decision, ds []*classified) {
 				ss.pinned = reasonSessionPinned
 			case classify.EffectSet, classify.EffectDiscardAll:
 				ss.effects = append(ss.effects, effect{kind: st.Effect, setting: st.Setting})
+				for _, more := range st.MoreSettings {
+					ss.effects = append(ss.effects, effect{kind: st.Effect, setting: more})
+				}
 			case classify.EffectPrepare:
 				if len(dec.Statements) == 1 && st.Inner != nil {
 					ss.sqlPrepared[st.PrepareName] = sqlPrep{text: strings.TrimSpace(dec.text), inner: st.Inner.Kind}
