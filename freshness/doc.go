@@ -4,9 +4,11 @@
 // starts no goroutine and keeps no state, so every function is safe to call
 // concurrently and never blocks.
 //
-// This release decides on health alone: a replica is eligible when its
-// latest verdict is recent, says it is reachable, and detected it as a
-// standby. The next release adds WAL positions, TIMELINE:LSN tokens, lag
-// budgets and strict-fresh reads as new Requirement fields and new rules in
-// Eligible; existing callers keep their meaning.
+// It owns the vocabulary of positions: LSN (PostgreSQL's "X/Y", compared as
+// a 64-bit number, never as text) and Token ("TIMELINE:LSN", the
+// read-your-writes token of SPEC §5). Eligible applies, in a fixed order,
+// the health rules (a recent verdict, reachable, a standby, same system
+// identifier as the route primary), then the read's floor (timeline, then
+// replay position), then its lag budget, and names the first rule that
+// fails with a SPEC §8 reason word.
 package freshness

@@ -91,3 +91,155 @@ func TestEligibleDocExamples(t *testing.T) {
 		}
 	}
 }
+
+// Floors, timelines, identity and lag budgets: rules 6 to 10, after the
+// health rules.
+func TestEligibleFreshnessRules(t *testing.T) {
+	now := time.Date(2026, 1, 2, 12, 0, 10, 0, time.UTC)
+	const ttl = 4750 * time.Millisecond
+	replica := health.Target{Route: "main", Addr: "10.0.0.2:5432", Configured: health.RoleStandby}
+	// standby: fresh, timeline 2, replayed 1/10, 300 ms and 4096 bytes behind.
+	standby := health.Verdict{Target: replica, Reachable: true, Detected: health.RoleStandby, SystemID: "7", ProbedAt: now.Add(-time.Second),
+		Timeline: 2, ReplayLSN: 0x1_00000010, ReceiveLSN: 0x1_00000020, LagMS: 300, LagBytes: 4096}
+	with := func(edit func(*health.Verdict)) health.Verdict { v := standby; edit(&v); return v }
+	tok := func(s string) Token {
+		tk, err := ParseToken(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	floor := func(s string) Requirement { return Requirement{VerdictTTL: ttl, Floor: tok(s), PrimaryTimeline: 2} }
+	strict := func(s string) Requirement { r := floor(s); r.Strict = true; return r }
+	budget := func(ms, bytes int64) Requirement {
+		return Requirement{VerdictTTL: ttl, MaxLagMS: ms, MaxLagBytes: bytes, PrimaryTimeline: 2}
+	}
+	all := func(f string, ms, bytes int64) Requirement {
+		r := floor(f)
+		r.MaxLagMS, r.MaxLagBytes = ms, bytes
+		return r
+	}
+
+	tests := []struct {
+		name       string
+		v          health.Verdict
+		req        Requirement
+		wantOK     bool
+		wantReason string
+	}{
+		{"no requirement beyond the TTL", standby, Requirement{VerdictTTL: ttl}, true, ""},
+		{"zero floor requires nothing, even of an unknown replay position", with(func(v *health.Verdict) { v.ReplayLSN = 0 }), floor("0/0"), true, ""},
+
+		// Identity (rule 6).
+		{"another cluster", with(func(v *health.Verdict) { v.IdentityMismatch = true }), Requirement{VerdictTTL: ttl}, false, ReasonSplitBrain},
+		{"another cluster, floor met", with(func(v *health.Verdict) { v.IdentityMismatch = true }), floor("2:0/1"), false, ReasonSplitBrain},
+		{"another cluster and stale: stale is reported first", with(func(v *health.Verdict) {
+			v.IdentityMismatch, v.ProbedAt = true, now.Add(-time.Hour)
+		}), Requirement{VerdictTTL: ttl}, false, ReasonLagUnknown},
+
+		// Timeline (rule 7).
+		{"floor on the replica's timeline", standby, floor("2:1/10"), true, ""},
+		{"bare floor: the primary's timeline", standby, floor("1/10"), true, ""},
+		{"bare floor, primary timeline unknown: positions alone", standby, Requirement{VerdictTTL: ttl, Floor: tok("1/10")}, true, ""},
+		{"bare floor, primary on another timeline", standby, Requirement{VerdictTTL: ttl, Floor: tok("1/10"), PrimaryTimeline: 3}, false, ReasonTimelineChanged},
+		{"floor from an older timeline", standby, floor("1:0/500"), false, ReasonTimelineChanged},
+		{"floor from an older timeline, far below the replay position", standby, floor("1:0/1"), false, ReasonTimelineChanged},
+		{"floor from a newer timeline", standby, floor("3:1/0"), false, ReasonTimelineChanged},
+		{"replica still on the floor's timeline, primary moved on", with(func(v *health.Verdict) { v.Timeline = 1 }),
+			Requirement{VerdictTTL: ttl, Floor: tok("1:0/500"), PrimaryTimeline: 2}, false, ReasonTimelineChanged},
+		{"floor and replica agree, primary timeline unknown", standby, Requirement{VerdictTTL: ttl, Floor: tok("2:1/0")}, true, ""},
+		{"replica timeline unknown", with(func(v *health.Verdict) { v.Timeline = 0 }), floor("2:0/1"), false, ReasonTimelineChanged},
+		{"timeline checked before the position", standby, floor("1:FF/0"), false, ReasonTimelineChanged},
+
+		// Replay position (rule 8), compared as 64-bit numbers.
+		{"replayed exactly the floor", standby, floor("2:1/10"), true, ""},
+		{"one byte short", standby, floor("2:1/11"), false, ReasonReadYourWrites},
+		{"one byte short, strict-fresh", standby, strict("2:1/11"), false, ReasonStrictFresh},
+		{"strict-fresh met", standby, strict("2:1/10"), true, ""},
+		{"0/FFFFFFFF < 1/0: below the replay position", standby, floor("2:0/FFFFFFFF"), true, ""},
+		{"1/9 < 1/10 though not as text", standby, floor("2:1/9"), true, ""},
+		{"A/0 > 1/10", standby, floor("2:A/0"), false, ReasonReadYourWrites},
+		{"across the halves: replayed 0/FFFFFFFF, floor 1/0", with(func(v *health.Verdict) { v.ReplayLSN = 0xFFFFFFFF }), floor("2:1/0"), false, ReasonReadYourWrites},
+		{"across the halves: replayed 1/0, floor 0/FFFFFFFF", with(func(v *health.Verdict) { v.ReplayLSN = 1 << 32 }), floor("2:0/FFFFFFFF"), true, ""},
+		{"received is not replayed", standby, floor("2:1/20"), false, ReasonReadYourWrites},
+		{"replay position unknown", with(func(v *health.Verdict) { v.ReplayLSN = 0 }), floor("2:0/1"), false, ReasonReadYourWrites},
+		{"paused but past the floor", with(func(v *health.Verdict) { v.ReplayPaused = true }), floor("2:1/0"), true, ""},
+
+		// Lag budget (rules 9, 10).
+		{"within both budgets", standby, budget(2500, 1<<20), true, ""},
+		{"lag equal to the budget", standby, budget(300, 4096), true, ""},
+		{"1 ms over", standby, budget(299, 0), false, ReasonLagExceeded},
+		{"1 byte over", standby, budget(0, 4095), false, ReasonLagExceeded},
+		{"no time budget, bytes over", standby, budget(0, 1), false, ReasonLagExceeded},
+		{"ms unknown", with(func(v *health.Verdict) { v.LagMS = -1 }), budget(2500, 0), false, ReasonLagUnknown},
+		{"bytes unknown", with(func(v *health.Verdict) { v.LagBytes = -1 }), budget(0, 1<<20), false, ReasonLagUnknown},
+		{"ms unknown but only bytes budgeted", with(func(v *health.Verdict) { v.LagMS = -1 }), budget(0, 1<<20), true, ""},
+		{"unknown lag without a budget", with(func(v *health.Verdict) { v.LagMS, v.LagBytes = -1, -1 }), floor("2:1/0"), true, ""},
+		{"over one budget, unknown on the other: exceeded", with(func(v *health.Verdict) { v.LagMS = -1 }), budget(2500, 10), false, ReasonLagExceeded},
+		{"idle pair: 0 lag is within any budget", with(func(v *health.Verdict) { v.LagMS, v.LagBytes = 0, 0 }), budget(1, 1), true, ""},
+
+		// Order: floor before lag.
+		{"floor missed and lag over: the floor", standby, all("2:2/0", 1, 1), false, ReasonReadYourWrites},
+		{"floor met, lag over", standby, all("2:1/0", 1, 0), false, ReasonLagExceeded},
+		{"everything met", standby, all("2:1/0", 300, 4096), true, ""},
+		// Health rules still come first.
+		{"floor met but stale", with(func(v *health.Verdict) { v.ProbedAt = now.Add(-ttl - time.Millisecond) }), floor("2:1/0"), false, ReasonLagUnknown},
+		{"floor met but promoted", with(func(v *health.Verdict) { v.Detected = health.RolePrimary }), floor("2:1/0"), false, ReasonSplitBrain},
+		{"floor met but unreachable", with(func(v *health.Verdict) { v.Reachable = false }), floor("2:1/0"), false, ReasonReplicaUnavailable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, reason := Eligible(tc.v, true, tc.req, now)
+			if ok != tc.wantOK || reason != tc.wantReason {
+				t.Errorf("Eligible = (%v, %q), want (%v, %q)", ok, reason, tc.wantOK, tc.wantReason)
+			}
+		})
+	}
+}
+
+// The second block of worked examples in Eligible's documentation, verbatim.
+func TestEligibleFreshnessDocExamples(t *testing.T) {
+	now := time.Date(2026, 1, 2, 12, 0, 10, 0, time.UTC)
+	v := health.Verdict{Target: health.Target{Configured: health.RoleStandby}, Reachable: true, Detected: health.RoleStandby,
+		ProbedAt: now, Timeline: 2, ReplayLSN: 0x1_00000010, LagMS: 300, LagBytes: 4096}
+	base := Requirement{VerdictTTL: 4750 * time.Millisecond, PrimaryTimeline: 2}
+	withFloor := func(s string, strict bool) Requirement {
+		r := base
+		var err error
+		if r.Floor, err = ParseToken(s); err != nil {
+			t.Fatal(err)
+		}
+		r.Strict = strict
+		return r
+	}
+	foreign := v
+	foreign.IdentityMismatch = true
+	unknown := v
+	unknown.LagMS = -1
+	for _, ex := range []struct {
+		name   string
+		v      health.Verdict
+		req    Requirement
+		ok     bool
+		reason string
+	}{
+		{"no floor, no budget", v, base, true, ""},
+		{"another cluster", foreign, base, false, "split_brain"},
+		{"2:1/10", v, withFloor("2:1/10", false), true, ""},
+		{"1/10", v, withFloor("1/10", false), true, ""},
+		{"2:0/FFFFFFFF", v, withFloor("2:0/FFFFFFFF", false), true, ""},
+		{"2:1/9", v, withFloor("2:1/9", false), true, ""},
+		{"2:1/11", v, withFloor("2:1/11", false), false, "read_your_writes"},
+		{"2:1/11 strict", v, withFloor("2:1/11", true), false, "strict_fresh"},
+		{"1:0/500", v, withFloor("1:0/500", false), false, "timeline_changed"},
+		{"3:1/0", v, withFloor("3:1/0", false), false, "timeline_changed"},
+		{"MaxLagMS 300", v, func() Requirement { r := base; r.MaxLagMS = 300; return r }(), true, ""},
+		{"MaxLagMS 299", v, func() Requirement { r := base; r.MaxLagMS = 299; return r }(), false, "lag_exceeded"},
+		{"MaxLagBytes 4095", v, func() Requirement { r := base; r.MaxLagBytes = 4095; return r }(), false, "lag_exceeded"},
+		{"MaxLagMS 2500, unknown", unknown, func() Requirement { r := base; r.MaxLagMS = 2500; return r }(), false, "lag_unknown"},
+	} {
+		if ok, reason := Eligible(ex.v, true, ex.req, now); ok != ex.ok || reason != ex.reason {
+			t.Errorf("%s: Eligible = (%v, %q), want (%v, %q)", ex.name, ok, reason, ex.ok, ex.reason)
+		}
+	}
+}

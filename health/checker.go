@@ -13,9 +13,11 @@ import (
 )
 
 // Prober performs one probe of the server at addr: the Checker's only I/O.
-// It fills Detected and SystemID of the returned Verdict; the Checker sets
-// Target, Reachable, ProbedAt and Err itself. A non-nil error means the
-// server is unreachable for this probe.
+// It fills Detected, SystemID, Timeline, CurrentLSN (already normalized,
+// see NormalizeInsertLSN), ReceiveLSN, ReplayLSN and ReplayPaused of the
+// returned Verdict; the Checker sets Target, Reachable, ProbedAt and Err,
+// and derives LagBytes, LagMS and IdentityMismatch from the route primary's
+// verdicts. A non-nil error means the server is unreachable for this probe.
 //
 // Probe must return promptly once ctx is done: the Checker bounds every
 // probe with Options.Timeout through ctx, and a probe that answers after
@@ -44,6 +46,10 @@ const (
 	DefaultMaxBackoff = 10 * time.Second
 )
 
+// hurryGap is the least time between the starts of two probes of one server
+// when the second is hurried (see Hurry).
+const hurryGap = 10 * time.Millisecond
+
 // Options configure a Checker. Prober is required.
 type Options struct {
 	// Targets are the servers to probe from the start (see SetTargets).
@@ -67,8 +73,9 @@ type Options struct {
 	// Clock stamps ProbedAt. Default time.Now.
 	Clock func() time.Time
 	// Logger receives state changes only: a server becoming unreachable or
-	// reachable again, a change of detected role or system identifier, and
-	// the start and end of a role mismatch. Default: no logging.
+	// reachable again, a change of detected role, system identifier or
+	// timeline, replay paused or resumed, and the start and end of a role
+	// or identity mismatch. Default: no logging.
 	Logger *zap.Logger
 
 	// after is a testing knob replacing time.After for the waits between
@@ -98,7 +105,8 @@ type Checker struct {
 	closed   bool
 	order    []string // target addresses in SetTargets order
 	loops    map[string]*loop
-	verdicts map[string]Verdict
+	verdicts map[string]Verdict     // with the derived fields filled in
+	routes   map[string]*routeState // by Target.Route
 }
 
 // loop is the probe loop of one address.
@@ -107,7 +115,26 @@ type loop struct {
 	target Target // guarded by Checker.mu: a reload may relabel it
 	cancel context.CancelFunc
 	done   chan struct{} // closed after the loop's last publication and Forget
+	hurry  chan struct{} // capacity 1: a pending Hurry
 }
+
+// routeState is what the Checker knows about a route's configured primary,
+// from which it derives its standbys' lag and identity (SPEC §5).
+type routeState struct {
+	primary  string // address of the first target configured RolePrimary; "" when none
+	sysID    string // the system identifier the primary last reported
+	timeline uint32 // the timeline the primary last reported as a primary
+	// history is the primary's positions, oldest first (see appendSample);
+	// seen[i] is when history[i] was recorded. A standby verdict probed at
+	// t is judged against the samples recorded by t: their positions were
+	// read before its replay position was.
+	history []Sample
+	seen    []time.Time
+}
+
+// reset forgets the primary's history: its positions no longer continue it
+// (another cluster, timeline or server, or a position that went backwards).
+func (r *routeState) reset() { r.history, r.seen = r.history[:0], r.seen[:0] }
 
 // NewChecker starts one probe loop per target; each probes at once. It
 // panics when opts.Prober is nil, a programming error.
@@ -125,6 +152,7 @@ func NewChecker(opts Options) *Checker {
 		log:        opts.Logger,
 		loops:      make(map[string]*loop),
 		verdicts:   make(map[string]Verdict),
+		routes:     make(map[string]*routeState),
 	}
 	if c.interval <= 0 {
 		c.interval = DefaultInterval
@@ -160,6 +188,30 @@ func (c *Checker) Snapshot() *Snapshot { return c.snap.Load() }
 // channel to the snapshot just examined; calling Changed before Snapshot is
 // equally safe.
 func (c *Checker) Changed() <-chan struct{} { return c.snap.Load().changed }
+
+// Hurry asks for a probe of the server at addr now rather than at the end
+// of its interval: a read waiting for that replica to replay a position
+// calls it, then waits on Snapshot().Changed() (SPEC §5: waiting reads are
+// woken by fresh replay positions, not fixed sleeps). It never blocks and
+// never starts a probe itself; the server's own loop runs it, so two probes
+// of one server never overlap. Requests are coalesced: a Hurry while a probe
+// runs asks for one more probe after it, and hurried probes of a server
+// start at least 10 ms apart, however many readers wait. A server whose last
+// probe failed keeps its backoff (a hurried reader gains nothing from
+// another refused connection). Unknown addresses, and calls after Close,
+// are ignored.
+func (c *Checker) Hurry(addr string) {
+	c.mu.Lock()
+	l := c.loops[addr]
+	c.mu.Unlock()
+	if l == nil {
+		return
+	}
+	select {
+	case l.hurry <- struct{}{}:
+	default: // one is pending already
+	}
+}
 
 // SetTargets makes ts the set of probed servers (a config reload). Loops
 // start for new addresses, probing at once; loops of addresses no longer
@@ -224,6 +276,20 @@ func (c *Checker) SetTargets(ts []Target) {
 		}
 	}
 	c.order = order
+	if c.setRoutesLocked(wanted) {
+		republish = true
+	}
+	for _, addr := range order {
+		old, had := c.verdicts[addr]
+		if !had {
+			continue
+		}
+		if v := c.deriveLocked(old); v != old {
+			c.verdicts[addr] = v
+			notes = append(notes, c.describeChange(old, true, v))
+			republish = true
+		}
+	}
 	if republish {
 		c.publishLocked()
 	}
@@ -254,7 +320,7 @@ func (c *Checker) Close() {
 // start launches the loop of t. c.mu is held and c is not closed.
 func (c *Checker) start(t Target) {
 	ctx, cancel := context.WithCancel(c.ctx)
-	l := &loop{addr: t.Addr, target: t, cancel: cancel, done: make(chan struct{})}
+	l := &loop{addr: t.Addr, target: t, cancel: cancel, done: make(chan struct{}), hurry: make(chan struct{}, 1)}
 	c.loops[t.Addr] = l
 	c.wg.Add(1)
 	go c.run(ctx, l)
@@ -268,6 +334,10 @@ func (c *Checker) run(ctx context.Context, l *loop) {
 	defer c.cancelAndForget(l)
 	failures := 0
 	for {
+		select {
+		case <-l.hurry: // this probe answers every request made so far
+		default:
+		}
 		at := c.clock()
 		v, err := c.probe(ctx, l.addr)
 		if ctx.Err() != nil {
@@ -281,12 +351,40 @@ func (c *Checker) run(ctx context.Context, l *loop) {
 		} else {
 			failures = 0
 		}
-		select {
-		case <-ctx.Done():
+		if !c.wait(ctx, l, at, wait, failures > 0) {
 			return
-		case <-c.after(wait):
 		}
 	}
+}
+
+// wait blocks until the next probe of l is due: d after the last one ended,
+// or earlier when hurried, but then no sooner than hurryGap after the last
+// one began (last). A failing server is not hurried. It returns false when
+// ctx ends first.
+func (c *Checker) wait(ctx context.Context, l *loop, last time.Time, d time.Duration, failing bool) bool {
+	due := c.after(d)
+	hurry := l.hurry
+	if failing {
+		hurry = nil // a pending request waits for the server to answer again
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-due:
+		return true
+	case <-hurry:
+	}
+	rest := hurryGap - c.clock().Sub(last)
+	if rest <= 0 {
+		return true
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-due:
+	case <-c.after(rest):
+	}
+	return true
 }
 
 func (c *Checker) cancelAndForget(l *loop) {
@@ -336,13 +434,139 @@ func (c *Checker) record(l *loop, at time.Time, probed Verdict, err error) {
 		v.Reachable = true
 		v.Detected = probed.Detected
 		v.SystemID = probed.SystemID
+		v.Timeline = probed.Timeline
+		v.ReplayPaused = probed.ReplayPaused
+		if v.Detected == RolePrimary {
+			v.CurrentLSN = probed.CurrentLSN
+		} else {
+			v.ReceiveLSN, v.ReplayLSN = probed.ReceiveLSN, probed.ReplayLSN
+		}
 	}
+	var notes []func()
+	rs := c.routes[v.Route]
+	isPrimary := rs != nil && rs.primary == l.addr
+	if isPrimary {
+		c.observePrimaryLocked(rs, v, c.clock())
+	}
+	v = c.deriveLocked(v)
 	prev, had := c.verdicts[l.addr]
 	c.verdicts[l.addr] = v
+	notes = append(notes, c.describeChange(prev, had, v))
+	if isPrimary {
+		// A new sample or identity changes the derived fields of the
+		// route's standbys at once, in this same snapshot.
+		for _, addr := range c.order {
+			old, ok := c.verdicts[addr]
+			if !ok || addr == l.addr || old.Route != v.Route {
+				continue
+			}
+			if nv := c.deriveLocked(old); nv != old {
+				c.verdicts[addr] = nv
+				notes = append(notes, c.describeChange(old, true, nv))
+			}
+		}
+	}
 	c.publishLocked()
-	note := c.describeChange(prev, had, v)
 	c.mu.Unlock()
-	note()
+	for _, note := range notes {
+		note()
+	}
+}
+
+// setRoutesLocked makes c.routes follow the targets (c.order and wanted):
+// one state per route, keyed to the route's first target configured
+// RolePrimary. A route whose primary changed starts afresh, seeded with the
+// new primary's current verdict if there is one. It reports whether any
+// route's state changed. c.mu is held.
+func (c *Checker) setRoutesLocked(wanted map[string]Target) bool {
+	primaries := make(map[string]string) // route -> primary address
+	for _, addr := range c.order {
+		t := wanted[addr]
+		if _, seen := primaries[t.Route]; !seen {
+			primaries[t.Route] = ""
+		}
+		if t.Configured == RolePrimary && primaries[t.Route] == "" {
+			primaries[t.Route] = addr
+		}
+	}
+	changed := false
+	for route := range c.routes {
+		if _, keep := primaries[route]; !keep {
+			delete(c.routes, route)
+			changed = true
+		}
+	}
+	for route, primary := range primaries {
+		if rs := c.routes[route]; rs != nil && rs.primary == primary {
+			continue
+		}
+		rs := &routeState{primary: primary}
+		if v, ok := c.verdicts[primary]; ok && primary != "" {
+			c.observePrimaryLocked(rs, v, c.clock())
+		}
+		c.routes[route] = rs
+		changed = true
+	}
+	return changed
+}
+
+// observePrimaryLocked learns from v, a verdict of rs's primary recorded at
+// recorded: its system identifier, and while it is a primary its timeline
+// and a sample of its position. c.mu is held.
+func (c *Checker) observePrimaryLocked(rs *routeState, v Verdict, recorded time.Time) {
+	if !v.Reachable {
+		return // what it said last still stands
+	}
+	if v.SystemID != rs.sysID {
+		rs.sysID = v.SystemID
+		rs.reset()
+	}
+	if v.Detected != RolePrimary {
+		return
+	}
+	if v.Timeline != rs.timeline {
+		rs.timeline = v.Timeline
+		rs.reset()
+	}
+	if v.CurrentLSN == 0 {
+		return
+	}
+	if n := len(rs.history); n > 0 && (v.CurrentLSN < rs.history[n-1].LSN || v.ProbedAt.Before(rs.history[n-1].At)) {
+		rs.reset()
+	}
+	rs.history, rs.seen = appendSample(rs.history, rs.seen, Sample{At: v.ProbedAt, LSN: v.CurrentLSN}, recorded)
+}
+
+// deriveLocked returns v with LagBytes, LagMS and IdentityMismatch computed
+// from its route's state (see Verdict). c.mu is held.
+func (c *Checker) deriveLocked(v Verdict) Verdict {
+	v.LagBytes, v.LagMS, v.IdentityMismatch = -1, -1, false
+	rs := c.routes[v.Route]
+	if !v.Reachable || rs == nil || rs.primary == "" {
+		return v
+	}
+	if v.Addr == rs.primary {
+		if v.Detected == RolePrimary {
+			v.LagBytes, v.LagMS = 0, 0
+		}
+		return v
+	}
+	v.IdentityMismatch = rs.sysID != "" && v.SystemID != rs.sysID
+	if v.IdentityMismatch || v.Detected != RoleStandby {
+		return v
+	}
+	if rs.timeline != 0 && v.Timeline != 0 && v.Timeline != rs.timeline {
+		return v // positions on different timelines do not compare
+	}
+	// The samples recorded by the time this probe began: read before it.
+	n, _ := slices.BinarySearchFunc(rs.seen, v.ProbedAt, func(e, t time.Time) int {
+		if e.After(t) {
+			return 1
+		}
+		return -1
+	})
+	v.LagBytes, v.LagMS = EstimateLag(rs.history[:n], v.ReplayLSN, v.ProbedAt)
+	return v
 }
 
 // publishLocked swaps in a snapshot of the current verdicts and wakes the
@@ -388,6 +612,19 @@ func (c *Checker) describeChange(prev Verdict, had bool, v Verdict) func() {
 					fields(zap.String("previous_system_id", prev.SystemID), zap.String("system_id", v.SystemID))...)
 			})
 		}
+		if prev.Timeline != v.Timeline && prev.Timeline != 0 && v.Timeline != 0 {
+			lines = append(lines, func() {
+				c.log.Warn("health: timeline changed",
+					fields(zap.Uint32("previous_timeline", prev.Timeline), zap.Uint32("timeline", v.Timeline))...)
+			})
+		}
+		if prev.ReplayPaused != v.ReplayPaused {
+			msg := "health: WAL replay paused"
+			if !v.ReplayPaused {
+				msg = "health: WAL replay resumed"
+			}
+			lines = append(lines, func() { c.log.Info(msg, fields()...) })
+		}
 	}
 	// A mismatch is judged against the latest reachable evidence: an
 	// unreachable verdict neither starts nor ends one.
@@ -398,6 +635,16 @@ func (c *Checker) describeChange(prev Verdict, had bool, v Verdict) func() {
 			lines = append(lines, func() { c.log.Error("health: role mismatch (split brain): server gets no reads", fields()...) })
 		case !v.RoleMismatch() && wasMismatch:
 			lines = append(lines, func() { c.log.Info("health: role mismatch resolved", fields()...) })
+		}
+		wasForeign := had && prev.Reachable && prev.IdentityMismatch
+		switch {
+		case v.IdentityMismatch && !wasForeign:
+			lines = append(lines, func() {
+				c.log.Error("health: system identifier differs from the route primary's (split brain): server gets no reads",
+					fields(zap.String("system_id", v.SystemID))...)
+			})
+		case !v.IdentityMismatch && wasForeign:
+			lines = append(lines, func() { c.log.Info("health: system identifier matches the route primary's again", fields()...) })
 		}
 	}
 	return func() {

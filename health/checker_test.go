@@ -26,7 +26,8 @@ func TestFirstVerdictPublished(t *testing.T) {
 	start := clock.Now()
 
 	v := waitVerdict(t, c, addrA, start)
-	want := Verdict{Target: standbyTarget(addrA), Reachable: true, Detected: RoleStandby, SystemID: standbyOK.sysID, ProbedAt: start}
+	want := Verdict{Target: standbyTarget(addrA), Reachable: true, Detected: RoleStandby, SystemID: standbyOK.sysID, ProbedAt: start,
+		LagBytes: -1, LagMS: -1} // no route primary: lag unknown
 	if v != want {
 		t.Fatalf("first verdict\n got %+v\nwant %+v", v, want)
 	}
@@ -98,7 +99,11 @@ func TestVerdictTransitions(t *testing.T) {
 					clock.Advance(d)
 				}
 				got := waitVerdict(t, c, addrA, clock.Now())
-				want := Verdict{Target: target, Reachable: st.reachable, Detected: st.detected, SystemID: st.sysID, ProbedAt: clock.Now(), Err: st.err}
+				want := Verdict{Target: target, Reachable: st.reachable, Detected: st.detected, SystemID: st.sysID, ProbedAt: clock.Now(), Err: st.err,
+					LagBytes: -1, LagMS: -1}
+				if st.reachable && target.Configured == RolePrimary && st.detected == RolePrimary {
+					want.LagBytes, want.LagMS = 0, 0 // the route primary is its own head
+				}
 				if got != want {
 					t.Fatalf("step %d:\n got %+v\nwant %+v", i, got, want)
 				}

@@ -10,10 +10,24 @@
 // channel of the replaced snapshot is closed, so waiters wake on new
 // verdicts instead of sleeping.
 //
-// This release's probe (PGProber) asks pg_is_in_recovery() and the system
-// identifier on a connection kept open between probes. Deciding whether a
-// verdict makes a server eligible for a read is package freshness's job,
-// with the caller's clock; health only records what was seen and when.
+// The probe (PGProber) is one query on a connection kept open between
+// probes: pg_is_in_recovery(), the system identifier, the timeline, and the
+// WAL positions (a primary's insert position; a standby's receive and replay
+// positions and whether replay is paused).
+//
+// Lag is derived, never asked of PostgreSQL: per route, the Checker keeps a
+// short history of the configured primary's positions (Sample) and judges
+// each standby's replay position against the samples read before it
+// (EstimateLag): LagMS is 0 whenever the standby has replayed everything the
+// primary was known to have written, so an idle pair is never lagging. A
+// new primary sample updates every standby verdict of the route in the same
+// snapshot, and so does a change of the primary's system identifier, which
+// standbys are checked against (IdentityMismatch). Hurry asks a loop for an
+// early probe, for reads waiting on a replay position.
+//
+// Deciding whether a verdict makes a server eligible for a read is package
+// freshness's job, with the caller's clock; health only records what was
+// seen and when.
 //
 // Contract:
 //   - The Checker owns its loop goroutines. NewChecker starts them,
@@ -32,8 +46,10 @@
 //     and the timer are injected (Options.Clock, and a testing knob), so tests
 //     drive time instead of sleeping.
 //   - Logging is of state changes only: unreachable, reachable again, a
-//     detected role or system identifier change, a role mismatch starting or
-//     ending.
+//     detected role, system identifier or timeline change, replay paused or
+//     resumed, a role or identity mismatch starting or ending.
+//   - Hurry never blocks; probes of one server never overlap, hurried or
+//     not.
 //   - A Checker is keyed by server address: a route whose servers are probed
 //     with their own credentials and database uses its own Checker, and a
 //     PGProber serves one Checker.

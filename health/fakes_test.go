@@ -81,6 +81,13 @@ type answer struct {
 	err   error
 	hang  bool // block until the probe's context ends, then return its error
 	late  bool // block until the probe's context ends, then claim success
+
+	// WAL fields, returned as the Prober fills them.
+	tl                       uint32
+	current, receive, replay uint64
+	paused                   bool
+
+	gate chan struct{} // when set, the probe waits for it to be closed (or its context to end)
 }
 
 var (
@@ -95,6 +102,14 @@ type probeCall struct {
 	at   time.Time // fake clock time at the call
 }
 
+// inFlight counts the running probes of each address and remembers the most
+// ever seen at once.
+type inFlight struct {
+	mu      sync.Mutex
+	running map[string]int
+	most    map[string]int
+}
+
 // fakeProber answers per address (standbyOK unless told otherwise) and
 // records every call and every Forget.
 type fakeProber struct {
@@ -105,6 +120,7 @@ type fakeProber struct {
 
 	calls     chan probeCall
 	forgotten chan string
+	flight    inFlight
 }
 
 func newFakeProber(clock *fakeClock) *fakeProber {
@@ -113,6 +129,7 @@ func newFakeProber(clock *fakeClock) *fakeProber {
 		answers:   make(map[string]answer),
 		calls:     make(chan probeCall, 1024),
 		forgotten: make(chan string, 1024),
+		flight:    inFlight{running: map[string]int{}, most: map[string]int{}},
 	}
 }
 
@@ -123,12 +140,28 @@ func (p *fakeProber) set(addr string, a answer) {
 }
 
 func (p *fakeProber) Probe(ctx context.Context, addr string) (Verdict, error) {
+	p.flight.mu.Lock()
+	p.flight.running[addr]++
+	p.flight.most[addr] = max(p.flight.most[addr], p.flight.running[addr])
+	p.flight.mu.Unlock()
+	defer func() {
+		p.flight.mu.Lock()
+		p.flight.running[addr]--
+		p.flight.mu.Unlock()
+	}()
 	p.calls <- probeCall{addr: addr, at: p.clock.Now()}
 	p.mu.Lock()
 	a, ok := p.answers[addr]
 	p.mu.Unlock()
 	if !ok {
 		a = standbyOK
+	}
+	if a.gate != nil {
+		select {
+		case <-a.gate:
+		case <-ctx.Done():
+			return Verdict{}, ctx.Err()
+		}
 	}
 	switch {
 	case a.hang:
@@ -139,9 +172,19 @@ func (p *fakeProber) Probe(ctx context.Context, addr string) (Verdict, error) {
 		return Verdict{Detected: RoleStandby, SystemID: "late"}, nil
 	case a.err != nil:
 		// Garbage in the verdict must not leak into an unreachable one.
-		return Verdict{Detected: RolePrimary, SystemID: "garbage"}, a.err
+		return Verdict{Detected: RolePrimary, SystemID: "garbage", Timeline: 9, CurrentLSN: 9, ReceiveLSN: 9, ReplayLSN: 9, ReplayPaused: true, LagBytes: 9, LagMS: 9, IdentityMismatch: true}, a.err
 	}
-	return Verdict{Detected: a.role, SystemID: a.sysID}, nil
+	// A prober does not derive lag or identity: whatever it says there is
+	// overwritten by the Checker.
+	return Verdict{Detected: a.role, SystemID: a.sysID, Timeline: a.tl, CurrentLSN: a.current, ReceiveLSN: a.receive,
+		ReplayLSN: a.replay, ReplayPaused: a.paused, LagBytes: 12345, LagMS: 12345, IdentityMismatch: true}, nil
+}
+
+// most returns the most probes of addr that ever ran at once.
+func (p *fakeProber) most(addr string) int {
+	p.flight.mu.Lock()
+	defer p.flight.mu.Unlock()
+	return p.flight.most[addr]
 }
 
 func (p *fakeProber) Forget(addr string) { p.forgotten <- addr }

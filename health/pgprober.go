@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -12,9 +13,41 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// probeSQL is the whole probe: one round trip on an open connection.
-// pg_control_system() is executable by any role.
-const probeSQL = "select pg_is_in_recovery(), (select system_identifier::text from pg_control_system())"
+// probeSQL is the whole probe: one query, one round trip on an open
+// connection, executable by any role. Columns:
+//
+//  1. pg_is_in_recovery()
+//  2. the system identifier
+//  3. the timeline: on a primary the first 8 hex digits of its current WAL
+//     file's name (pg_walfile_name() fails during recovery, hence the CASE;
+//     pg_control_checkpoint() would lag a promotion by a checkpoint); on a
+//     standby its WAL receiver's received_tli, else (no receiver, or a probe
+//     user without pg_read_all_stats, who sees NULL) its latest
+//     restartpoint's timeline
+//  4. a primary's pg_current_wal_insert_lsn(), in bytes
+//  5. a standby's pg_last_wal_receive_lsn(), in bytes
+//  6. a standby's pg_last_wal_replay_lsn(), in bytes
+//  7. a standby's pg_is_wal_replay_paused() (it fails outside recovery)
+//  8. wal_block_size, for NormalizeInsertLSN
+//
+// The standby-only functions keep answering after a promotion (frozen at the
+// end of recovery), so the CASEs also keep their stale values off a primary.
+// LSNs are sent as numbers of bytes (pg_lsn - '0/0') so no text form needs
+// parsing here. pg_last_xact_replay_timestamp() and pg_stat_replication's
+// *_lag are deliberately not used: the first keeps growing on an idle pair
+// and is NULL on a fresh standby, the others go NULL when idle (SPEC §5:
+// lag comes from positions, see EstimateLag).
+const probeSQL = `select r,
+  (select system_identifier::text from pg_control_system()),
+  case when r then coalesce(nullif((select received_tli from pg_stat_wal_receiver), 0),
+                            (select timeline_id from pg_control_checkpoint()))
+       else ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint end,
+  case when not r then pg_current_wal_insert_lsn() - '0/0' end,
+  case when r then pg_last_wal_receive_lsn() - '0/0' end,
+  case when r then pg_last_wal_replay_lsn() - '0/0' end,
+  case when r then pg_is_wal_replay_paused() else false end,
+  current_setting('wal_block_size')
+from pg_is_in_recovery() as r`
 
 // closeTimeout bounds the Terminate of a connection the prober gives up.
 const closeTimeout = time.Second
@@ -54,8 +87,8 @@ func NewPGProber(user, password, database, tlsMode string) *PGProber {
 	}
 }
 
-// Probe asks the server at addr whether it is in recovery and for its
-// system identifier. It reuses the open connection to addr when there is
+// Probe asks the server at addr, in one query (probeSQL), whether it is in
+// recovery, its system identifier, timeline and WAL positions. It reuses the open connection to addr when there is
 // one; if that fails (say the server restarted since) it retries once on a
 // fresh connection, so one restart does not look like an outage.
 func (p *PGProber) Probe(ctx context.Context, addr string) (Verdict, error) {
@@ -214,7 +247,7 @@ func (p *PGProber) dial(ctx context.Context, addr string) (*pgconn.PgConn, error
 	return pgconn.ConnectConfig(ctx, cfg)
 }
 
-// query runs probeSQL on conn.
+// query runs probeSQL on conn and decodes its row.
 func query(ctx context.Context, conn *pgconn.PgConn) (Verdict, error) {
 	results, err := conn.Exec(ctx, probeSQL).ReadAll()
 	if err != nil {
@@ -223,10 +256,15 @@ func query(ctx context.Context, conn *pgconn.PgConn) (Verdict, error) {
 	if len(results) == 1 && results[0].Err != nil {
 		return Verdict{}, results[0].Err
 	}
-	if len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != 2 {
+	if len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != 8 {
 		return Verdict{}, errors.New("probe: unexpected result shape")
 	}
-	row := results[0].Rows[0]
+	return decodeProbeRow(results[0].Rows[0])
+}
+
+// decodeProbeRow turns probeSQL's row (text format; nil is NULL) into the
+// fields a Prober fills.
+func decodeProbeRow(row [][]byte) (Verdict, error) {
 	var v Verdict
 	switch string(row[0]) {
 	case "t":
@@ -240,5 +278,36 @@ func query(ctx context.Context, conn *pgconn.PgConn) (Verdict, error) {
 		return Verdict{}, errors.New("probe: no system identifier")
 	}
 	v.SystemID = string(row[1])
+	var tl, insert, blockSize uint64
+	for _, f := range []struct {
+		name string
+		text []byte
+		bits int
+		dst  *uint64
+	}{
+		{"timeline", row[2], 32, &tl},
+		{"current WAL position", row[3], 64, &insert},
+		{"receive position", row[4], 64, &v.ReceiveLSN},
+		{"replay position", row[5], 64, &v.ReplayLSN},
+		{"wal_block_size", row[7], 32, &blockSize},
+	} {
+		if f.text == nil {
+			continue // NULL: unknown
+		}
+		n, err := strconv.ParseUint(string(f.text), 10, f.bits)
+		if err != nil {
+			return Verdict{}, fmt.Errorf("probe: %s %q: %w", f.name, f.text, err)
+		}
+		*f.dst = n
+	}
+	v.Timeline = uint32(tl)
+	v.CurrentLSN = NormalizeInsertLSN(insert, blockSize)
+	switch string(row[6]) {
+	case "t":
+		v.ReplayPaused = true
+	case "f", "":
+	default:
+		return Verdict{}, fmt.Errorf("probe: pg_is_wal_replay_paused() returned %q", row[6])
+	}
 	return v, nil
 }

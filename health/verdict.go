@@ -44,9 +44,9 @@ type Target struct {
 // Verdict is the outcome of one probe of one server. A Verdict is a value:
 // copies are independent, and the Checker never changes one it published.
 //
-// This release records reachability, role and system identifier. Later
-// releases add fields (timeline, WAL positions, lag); readers that ignore
-// them keep working.
+// Zero means unknown for every WAL field: the server was unreachable, the
+// field does not apply to its detected role, or PostgreSQL reported NULL.
+// Lag is the exception, -1 when unknown, because 0 is the common good news.
 type Verdict struct {
 	Target
 	// Reachable is true when the probe connected and its query answered.
@@ -56,7 +56,7 @@ type Verdict struct {
 	Detected Role
 	// SystemID is pg_control_system().system_identifier as decimal text,
 	// "" when unreachable. Every server of a route must report the same
-	// one; that check comes with the route-level rules of a later release.
+	// one: see IdentityMismatch.
 	SystemID string
 	// ProbedAt is when the probe began, read from the Checker's clock. The
 	// state a verdict describes is at least this recent.
@@ -65,6 +65,55 @@ type Verdict struct {
 	// authentication error, a timeout ("probe timed out after ..."), or an
 	// unexpected answer.
 	Err string
+
+	// Timeline is the timeline the server is on. A primary: the one it
+	// writes, from the name of its current WAL file (exact at once after a
+	// promotion, unlike pg_control_checkpoint(), which waits for a
+	// checkpoint). A standby: the one its WAL receiver streams
+	// (pg_stat_wal_receiver.received_tli); without a receiver, or when the
+	// probe user may not read the receiver's details (it needs
+	// pg_read_all_stats), the timeline of its latest restartpoint, which
+	// can lag a timeline switch by up to checkpoint_timeout. 0: unknown.
+	Timeline uint32
+	// CurrentLSN is a primary's WAL insert position,
+	// pg_current_wal_insert_lsn(), made comparable with replay positions by
+	// NormalizeInsertLSN (an insert position just past a page header means
+	// the page boundary, where a caught-up standby's replay stops). 0 on a
+	// standby, or unknown.
+	CurrentLSN uint64
+	// ReceiveLSN is a standby's pg_last_wal_receive_lsn(): WAL received and
+	// flushed to its disk. 0 on a primary, or when nothing was streamed.
+	ReceiveLSN uint64
+	// ReplayLSN is a standby's pg_last_wal_replay_lsn(): WAL replayed, so
+	// visible to its queries. Read-your-writes compares tokens with it. 0 on
+	// a primary, or unknown.
+	ReplayLSN uint64
+	// ReplayPaused is a standby's pg_is_wal_replay_paused(): replay paused
+	// or a pause requested. Its ReplayLSN will not move until resumed.
+	ReplayPaused bool
+	// LagBytes is how much WAL a standby has not replayed: the route
+	// primary's latest CurrentLSN minus ReplayLSN, at least 0. LagMS is how
+	// long ago the primary was last known to be at ReplayLSN, 0 when the
+	// standby has replayed everything the primary was known to have
+	// written (see EstimateLag for the exact rule and its bounds). Both are
+	// as of ProbedAt, computed by the Checker from the route primary's
+	// samples recorded by then (read before this standby's replay
+	// position): one that arrives later but was read earlier updates them
+	// in the same snapshot as the primary's verdict; one read later waits
+	// for the standby's next probe, since the primary writing after the
+	// standby was last seen is no evidence that it lags. Both are -1 when
+	// unknown: the server is not a reachable detected standby, the route
+	// has no configured primary or no sample of it, the two are on
+	// different timelines or of different clusters, or (LagMS only) the
+	// standby is behind every sample the Checker kept. A reachable route
+	// primary has 0 and 0.
+	LagBytes int64
+	LagMS    int64
+	// IdentityMismatch: the server's system identifier differs from the
+	// one the route's configured primary last reported (SPEC §5 identity):
+	// it is a copy of another cluster, and gets no reads. False when either
+	// is unknown, and always for the route primary itself.
+	IdentityMismatch bool
 }
 
 // RoleMismatch reports a split-brain condition: the server is reachable, a
@@ -109,6 +158,22 @@ func (s *Snapshot) Get(addr string) (Verdict, bool) {
 		return Verdict{}, false
 	}
 	return s.verdicts[i], true
+}
+
+// Primary returns the verdict of the route's configured primary (the first
+// target configured RolePrimary, in target order), and false when there is
+// none yet. A Checker serving several routes has one per route; ask Get
+// with the address instead.
+func (s *Snapshot) Primary() (Verdict, bool) {
+	if s == nil {
+		return Verdict{}, false
+	}
+	for _, v := range s.verdicts {
+		if v.Configured == RolePrimary {
+			return v, true
+		}
+	}
+	return Verdict{}, false
 }
 
 // All returns every verdict in target order, in a slice the caller owns.
