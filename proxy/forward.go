@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +14,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pg-kinetic/pg-kinetic/classify"
+	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/freshness"
+	"github.com/pg-kinetic/pg-kinetic/health"
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
 )
 
@@ -99,6 +103,12 @@ func (ss *session) serve() {
 		ss.detach(l, atBoundary)
 	}
 	ss.kill(nil)
+	ss.mu.Lock()
+	if ss.fallback != nil {
+		ss.fallback.release()
+		ss.fallback = nil
+	}
+	ss.mu.Unlock()
 	if ss.counted {
 		ss.srv.clients.Add(-1)
 	}
@@ -290,21 +300,57 @@ func (ss *session) write(l *link, b *batch) error {
 // command, a deferred BEGIN).
 func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 	u, decisions := ss.analyze(b, oversized)
-
+	if u.hintErr != "" {
+		return nil, ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
+			Code: codeInvalidParameter, Message: u.hintErr}, open)
+	}
 	if !open && len(b.msgs) == 1 && b.msgs[0].typ == 'Q' {
 		if handled, err := ss.answerLocally(b, decisions); handled || err != nil {
 			return nil, err
 		}
 	}
 
+	// What a read needs from a replica (SPEC §5). Positions are read
+	// before any lock is taken; strict-fresh costs a round trip here.
+	var req freshness.Requirement
+	var primaryV health.Verdict
+	fresh := ss.freshnessOn()
+	if fresh && (u.read || u.txStart) && !u.hintPrim {
+		ss.waitCaptures()
+		primaryV, _ = ss.srv.primaryVerdict(ss.route)
+		req = ss.readRequirement(u, primaryV)
+		if u.strict {
+			pos, ok := ss.strictPosition()
+			if !ok {
+				u.read, u.txStart, u.reason = false, false, reasonStrictFresh
+			} else {
+				if tokenLess(req.Floor, pos) {
+					req.Floor = pos
+				}
+				req.Strict = true
+			}
+		}
+	}
+	if sticky := ss.route.Freshness.StickyPrimaryWindow(); sticky > 0 && (u.read || u.txStart) {
+		ss.mu.Lock()
+		recent := time.Since(ss.lastWrite) < sticky
+		ss.mu.Unlock()
+		if recent {
+			// A minimum time on the primary after a write, never an
+			// expiry of the token rules that follow it.
+			u.read, u.txStart, u.reason = false, false, reasonReadYourWrites
+		}
+	}
+
 	var d decision
 	var l *link
 	tried := map[string]bool{}
+	waited := false
 	for {
 		ss.mu.Lock()
 		for ss.pending > 0 && !ss.killed && ss.cur != nil && !ss.cur.dead {
 			s := ss.sessionInfoLocked()
-			d = ss.decideLocked(s, u, tried)
+			d = ss.decideLocked(s, u, tried, req)
 			if d.target != targetRejected && ss.cur == ss.linkFor(d) {
 				break // same server: pipelining may continue
 			}
@@ -315,10 +361,37 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			return nil, nil
 		}
 		s := ss.sessionInfoLocked()
-		d = ss.decideLocked(s, u, tried)
+		d = ss.decideLocked(s, u, tried, req)
 		retryable := d.target == targetReplica && u.read && !u.txStart && !s.inTx && !open && ss.deferred == ""
 		ss.mu.Unlock()
 
+		fellBack := d.target != targetReplica && isFallback(d.reason)
+		if fellBack && !waited && ss.route.ReadRouting.FallbackPolicy == config.FallbackWait {
+			// fallback_policy = "wait": give the replicas up to
+			// read_after_write_timeout_ms to qualify, then decide again.
+			waited = true
+			if ss.waitForReplica(req) {
+				continue
+			}
+		}
+		if d.target == targetPrimary && fellBack {
+			if primaryV.RoleMismatch() {
+				d = decision{target: targetRejected, reason: reasonSplitBrain}
+			} else if slot, ok := ss.srv.takeFallback(ss.route); !ok {
+				d = decision{target: targetRejected, reason: reasonFallbackOverload}
+			} else {
+				ss.mu.Lock()
+				if ss.fallback != nil {
+					ss.fallback.release()
+				}
+				ss.fallback = slot
+				ss.mu.Unlock()
+				if u.staleOK {
+					ss.send(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "01000",
+						Message: "pg-kinetic: degraded: this read was served by the primary", Detail: "cause: " + d.reason})
+				}
+			}
+		}
 		if d.target == targetRejected {
 			return nil, ss.reject(d, open)
 		}
@@ -339,8 +412,16 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			return nil, err
 		}
 		ss.recordRoute(d, decisions)
+		if !u.read {
+			ss.mu.Lock()
+			ss.lastWrite = time.Now()
+			ss.mu.Unlock()
+		}
 		if !retryable {
-			return l, ss.write(l, b)
+			if err := ss.write(l, b); err != nil {
+				return nil, err
+			}
+			return l, ss.afterUnit(l, u, open)
 		}
 		// A safe read on a replica: if the replica fails before the first
 		// byte of the answer reached the client, run it once elsewhere.
@@ -366,7 +447,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		}
 		ss.mu.Unlock()
 		if !lost {
-			return l, nil
+			return l, ss.afterUnit(l, u, open)
 		}
 		if tried[d.addr] {
 			return nil, fatalf(codeConnectionFailure, "pg-kinetic: lost the connection to the server")
@@ -375,6 +456,45 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		ss.srv.backoff.failed(d.addr, time.Now())
 		ss.log.Warn("replica failed before answering a read; retrying it elsewhere", zap.String("server", d.addr))
 	}
+}
+
+// afterUnit queues the WAL position query that keeps the session's token
+// and floor current: after a unit on the primary that ends outside a
+// transaction (the token; SPEC §5), after a read on a replica (the
+// monotonic floor). An open unit gets it when its Sync arrives.
+func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
+	if open || !ss.freshnessOn() {
+		return nil
+	}
+	ss.mu.Lock()
+	inTx := ss.tx != 'I' && !u.txEnd
+	ss.mu.Unlock()
+	var err error
+	switch {
+	case !l.replica && (!inTx || u.txEnd):
+		kind := byte(captureWrite)
+		if u.read {
+			kind = captureRead
+		}
+		err = ss.injectCapture(l, kind)
+	case l.replica && !inTx && !u.txStart:
+		err = ss.injectCapture(l, captureReplay)
+	}
+	if err != nil {
+		return errServerGone
+	}
+	return nil
+}
+
+// isFallback reports whether a decision's reason means "a replica could
+// not serve this read" (as opposed to a read that belongs on the primary).
+func isFallback(reason string) bool {
+	switch reason {
+	case reasonReplicaUnavailable, reasonReadYourWrites, reasonStrictFresh, "lag_exceeded", "lag_unknown",
+		reasonSplitBrain, "timeline_changed":
+		return true
+	}
+	return false
 }
 
 // countSyncs is the number of ReadyForQuery messages a batch asks for.
@@ -402,8 +522,8 @@ func (ss *session) sessionInfoLocked() sessionInfo {
 	return s
 }
 
-func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool) decision {
-	cands := ss.srv.candidates(ss.route)
+func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool, req freshness.Requirement) decision {
+	cands := ss.srv.candidates(ss.route, req)
 	for i := range cands {
 		if tried[cands[i].addr] {
 			cands[i].eligible, cands[i].reason = false, reasonReplicaUnavailable
@@ -480,6 +600,19 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 	if d.Hints.Primary {
 		u.hintPrim = true
 	}
+	if d.Hints.StaleOK {
+		u.staleOK = true
+	}
+	if d.Hints.StrictFresh {
+		u.strict = true
+	}
+	if d.Hints.MinLSN != "" {
+		if t, err := freshness.ParseToken(d.Hints.MinLSN); err != nil {
+			u.hintErr = "pg-kinetic: invalid min_lsn hint " + strconv.Quote(d.Hints.MinLSN) + ": " + err.Error()
+		} else if tokenLess(u.minLSN, t) {
+			u.minLSN = t
+		}
+	}
 	read, reason := d.Kind == classify.KindRead, d.Reason
 	if len(d.Statements) > 0 {
 		read, reason = true, ""
@@ -489,6 +622,8 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 		switch st.Tx {
 		case classify.TxBegin, classify.TxBeginReadWrite:
 			stRead, stReason = false, reasonWrite
+		case classify.TxEnd:
+			u.txEnd = true
 		case classify.TxBeginReadOnly:
 			if first && i == 0 {
 				u.txStart = true

@@ -43,6 +43,8 @@ type link struct {
 	readerDone chan error
 	dead       bool // the reader ended; the link must not be used
 
+	captured []byte // the DataRow of a WAL position query in progress (reader-owned)
+
 	// awaitingFirst is set while a retryable read waits for the first
 	// byte of its answer (see session.awaiting); atomic so the reader
 	// checks it without the session lock on every message.
@@ -53,6 +55,10 @@ type link struct {
 type expect struct {
 	kind  byte   // '1' ParseComplete, '3' CloseComplete, 'Z' everything up to and including ReadyForQuery
 	batch uint64 // the batch (rfqs count) it belongs to
+	// capture, for a 'Z' expectation, names a WAL position query whose
+	// row the proxy keeps (fresh.go): captureWrite, captureRead or
+	// capturePosition.
+	capture byte
 }
 
 func newLink(c *pool.Conn, p *pool.Pool, replica bool) *link {
@@ -112,13 +118,14 @@ func (ss *session) serverToClient(l *link) error {
 
 		ss.mu.Lock()
 		drop, endInjected := false, false
+		var head expect
 		for len(l.swallow) > 0 && l.swallow[0].batch < l.rfqs {
 			l.swallow = l.swallow[1:] // stale: its batch already ended
 		}
 		if len(l.swallow) > 0 && l.swallow[0].batch == l.rfqs {
 			switch e := l.swallow[0]; {
 			case e.kind == 'Z':
-				drop = true
+				drop, head = true, e
 				endInjected = h.Type == 'Z'
 			case e.kind == h.Type:
 				drop = true
@@ -141,7 +148,7 @@ func (ss *session) serverToClient(l *link) error {
 		ss.mu.Unlock()
 
 		if drop {
-			if h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' {
+			if h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' || h.Type == 'D' && head.capture != 0 {
 				if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
 					ss.linkFailed(l, err, false)
 					return errServerGone
@@ -156,7 +163,16 @@ func (ss *session) serverToClient(l *link) error {
 					if isFatal(body) {
 						sawFatal = true
 					}
-					ss.log.Warn("a statement the proxy injected failed", zap.String("server", l.addr), zap.String("error", errorText(body)))
+					if head.capture == 0 {
+						ss.log.Warn("a statement the proxy injected failed", zap.String("server", l.addr), zap.String("error", errorText(body)))
+					}
+					l.captured = nil
+				case 'D':
+					l.captured = append(l.captured[:0], body...)
+				case 'Z':
+					if head.capture != 0 && len(body) == 1 {
+						ss.captured(l, head.capture, body[0])
+					}
 				}
 			} else if err := wire.Discard(srv.R, h.Len); err != nil {
 				ss.linkFailed(l, err, false)
@@ -167,6 +183,15 @@ func (ss *session) serverToClient(l *link) error {
 				l.rfqs++
 				l.swallow = l.swallow[1:]
 				ss.mu.Unlock()
+			}
+			if srv.R.Buffered() == 0 {
+				// Client messages relayed before the dropped ones may still
+				// sit in the client buffer: the flush is due now.
+				ss.wmu.Lock()
+				if ss.w.Buffered() > 0 {
+					ss.w.Flush()
+				}
+				ss.wmu.Unlock()
 			}
 			continue
 		}
@@ -248,6 +273,10 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 	ss.tx = status
 	if status == 'I' {
 		ss.unitEnded()
+		if ss.pending == 0 && ss.fallback != nil {
+			ss.fallback.release()
+			ss.fallback = nil
+		}
 	}
 	ss.cond.Broadcast()
 	return ss.draining && ss.idleLocked()

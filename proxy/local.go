@@ -1,21 +1,25 @@
 package proxy
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pg-kinetic/pg-kinetic/classify"
 	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/freshness"
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
 )
 
 // Rejections by the consistency contract (SPEC §7): one shape whatever
 // failed, the cause in DETAIL.
 const (
-	codeConsistency    = "KN001"
-	consistencyMessage = "pg-kinetic: no server can serve this read within its consistency contract"
-	codeInFailedTx     = "25P02"
+	codeConsistency      = "KN001"
+	consistencyMessage   = "pg-kinetic: no server can serve this read within its consistency contract"
+	codeInFailedTx       = "25P02"
+	codeInvalidParameter = "22023"
+	codeUndefinedObject  = "42704"
 )
 
 // waitIdle blocks until every response the client is owed has been
@@ -46,10 +50,29 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 		}
 		return true, ss.sendRows("pg_kinetic.last_route", route, "SHOW")
 	}
+	if isShow(d.text, "pg_kinetic.write_lsn") || isShow(d.text, "pg_kinetic.min_lsn") {
+		ss.waitIdle()
+		ss.waitCaptures()
+		ss.mu.Lock()
+		t := ss.token
+		name := "pg_kinetic.write_lsn"
+		if isShow(d.text, "pg_kinetic.min_lsn") {
+			t, name = ss.minLSN, "pg_kinetic.min_lsn"
+		}
+		ss.mu.Unlock()
+		v := ""
+		if !t.IsZero() {
+			v = t.String()
+		}
+		return true, ss.sendRows(name, v, "SHOW")
+	}
 	if len(d.Statements) != 1 {
 		return false, nil
 	}
 	st := d.Statements[0]
+	if st.Effect == classify.EffectSet && strings.HasPrefix(strings.ToLower(st.Setting.Name), "pg_kinetic.") {
+		return true, ss.setKinetic(st.Setting)
+	}
 	ss.mu.Lock()
 	canDefer := ss.tx == 'I' && ss.pinned == "" && ss.route.ReadRouting.ReadRoutingMode != config.RoutingOff
 	ss.mu.Unlock()
@@ -91,18 +114,24 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 // reject answers a unit with KN001. For an open batch (ended by Flush)
 // the caller then drops messages until Sync, as a server would.
 func (ss *session) reject(d decision, open bool) error {
-	ss.waitIdle()
 	ss.lastRoute = "target=" + targetRejected + " reason=" + d.reason + " lag_ms=0"
-	msgs := []wire.Encoder{&pgproto3.ErrorResponse{
+	return ss.failUnit(&pgproto3.ErrorResponse{
 		Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeConsistency,
 		Message: consistencyMessage, Detail: "cause: " + d.reason,
-	}}
+	}, open)
+}
+
+// failUnit answers a unit with an error of the proxy's own, after every
+// response still owed, like a server failing its first statement.
+func (ss *session) failUnit(e *pgproto3.ErrorResponse, open bool) error {
+	ss.waitIdle()
 	ss.mu.Lock()
 	if ss.tx == 'T' {
 		ss.tx = 'E' // like any error inside a transaction block
 	}
 	tx := ss.tx
 	ss.mu.Unlock()
+	msgs := []wire.Encoder{e}
 	if !open {
 		msgs = append(msgs, &pgproto3.ReadyForQuery{TxStatus: tx})
 	}
@@ -147,4 +176,34 @@ func firstWord(s string) string {
 		return ""
 	}
 	return strings.TrimRight(f[0], ";")
+}
+
+// setKinetic answers SET/RESET of a pg_kinetic.* session variable; they
+// are the proxy's and never reach a server (SPEC §4).
+func (ss *session) setKinetic(set classify.Setting) error {
+	ss.waitIdle()
+	name := strings.ToLower(set.Name)
+	fail := func(code, msg string) error {
+		return ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code, Message: msg}, false)
+	}
+	switch name {
+	case "pg_kinetic.min_lsn":
+		var t freshness.Token
+		if !set.Reset && set.Value != "" {
+			var err error
+			if t, err = freshness.ParseToken(strings.Trim(set.Value, "'")); err != nil {
+				return fail(codeInvalidParameter, fmt.Sprintf("invalid value for parameter %q: %q", set.Name, set.Value))
+			}
+		}
+		ss.mu.Lock()
+		ss.minLSN = t
+		ss.mu.Unlock()
+	default:
+		return fail(codeUndefinedObject, fmt.Sprintf("unrecognized configuration parameter %q", set.Name))
+	}
+	tag := "SET"
+	if set.Reset {
+		tag = "RESET"
+	}
+	return ss.sendTag(tag, ss.txStatus())
 }

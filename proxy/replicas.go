@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -112,14 +113,21 @@ func (b *backoffs) blocked(addr string, now time.Time) bool {
 	return now.Before(b.state[addr].until)
 }
 
-// candidates lists a route's replicas with their eligibility for a read now.
-func (s *Server) candidates(rt *config.Route) []candidate {
-	now := time.Now()
+// candidates lists a route's replicas with their eligibility for a read
+// needing req, now.
+func (s *Server) candidates(rt *config.Route, req freshness.Requirement) []candidate {
 	var snap *health.Snapshot
 	if c := s.routing.Load().checkers[rt.Name]; c != nil {
 		snap = c.Snapshot()
 	}
-	req := freshness.Requirement{VerdictTTL: rt.HA.VerdictTTL()}
+	return s.candidatesFrom(rt, snap, req)
+}
+
+func (s *Server) candidatesFrom(rt *config.Route, snap *health.Snapshot, req freshness.Requirement) []candidate {
+	now := time.Now()
+	if req.VerdictTTL == 0 {
+		req.VerdictTTL = rt.HA.VerdictTTL()
+	}
 	out := make([]candidate, 0, len(rt.Replicas))
 	for _, rep := range rt.Replicas {
 		c := candidate{addr: rep.Address, weight: rep.Weight}
@@ -135,6 +143,35 @@ func (s *Server) candidates(rt *config.Route) []candidate {
 		out = append(out, c)
 	}
 	return out
+}
+
+// primaryVerdict is the latest verdict on a route's configured primary.
+func (s *Server) primaryVerdict(rt *config.Route) (health.Verdict, bool) {
+	if c := s.routing.Load().checkers[rt.Name]; c != nil {
+		return c.Snapshot().Primary()
+	}
+	return health.Verdict{}, false
+}
+
+// fallbackSlot is one read that fell back to the primary, counted against
+// max_primary_fallback_inflight until its unit ends.
+type fallbackSlot struct{ n *atomic.Int64 }
+
+func (f *fallbackSlot) release() { f.n.Add(-1) }
+
+// takeFallback counts a primary fallback of route rt; false when the
+// route's max_primary_fallback_inflight is reached (SPEC §5: protect the
+// primary a recovery needs).
+func (s *Server) takeFallback(rt *config.Route) (*fallbackSlot, bool) {
+	v, _ := s.fallbacks.LoadOrStore(rt.Name, new(atomic.Int64))
+	n := v.(*atomic.Int64)
+	if limit := int64(rt.Freshness.MaxPrimaryFallbackInflight); limit > 0 && n.Add(1) > limit {
+		n.Add(-1)
+		return nil, false
+	} else if limit <= 0 {
+		n.Add(1)
+	}
+	return &fallbackSlot{n: n}, true
 }
 
 // replicaLink returns the session's link to replica addr, attaching one

@@ -1,6 +1,9 @@
 package proxy
 
-import "github.com/pg-kinetic/pg-kinetic/config"
+import (
+	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/freshness"
+)
 
 // Targets and reasons use SPEC §8's vocabulary.
 const (
@@ -16,6 +19,10 @@ const (
 	reasonReplicaUnavailable = "replica_unavailable"
 	reasonRoutingOff         = "routing_off"
 	reasonUnclassified       = "unclassified"
+	reasonReadYourWrites     = "read_your_writes"
+	reasonStrictFresh        = "strict_fresh"
+	reasonSplitBrain         = "split_brain"
+	reasonFallbackOverload   = "fallback_overload"
 )
 
 // candidate is a replica of the route as the router sees it for one unit.
@@ -33,6 +40,12 @@ type unitInfo struct {
 	hintPrim  bool   // /* pg-kinetic: primary */
 	txStart   bool   // the unit opens a transaction (it will be pinned wherever it goes)
 	pinEffect bool   // a statement pins the session to the primary
+	txEnd     bool   // a statement ends a transaction
+
+	// Freshness hints (SPEC §4).
+	staleOK, strict bool
+	minLSN          freshness.Token
+	hintErr         string // an invalid hint: the unit fails with 22023
 }
 
 // sessionInfo is the session state the decision depends on.

@@ -50,6 +50,7 @@ type Server struct {
 	routing    atomic.Pointer[routing] // classifiers and health checkers of the config in force
 	backoff    backoffs
 	volatility volatility
+	fallbacks  sync.Map // route name -> *atomic.Int64: primary fallbacks in flight
 
 	clients atomic.Int64 // sessions counted against max_client_conn
 	nextID  atomic.Uint64

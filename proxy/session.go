@@ -12,6 +12,7 @@ import (
 
 	"github.com/pg-kinetic/pg-kinetic/classify"
 	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/freshness"
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
 )
 
@@ -73,6 +74,15 @@ type session struct {
 	effects     []effect            // of the unit in progress, applied when it ends well
 
 	lastRoute string // SHOW pg_kinetic.last_route
+
+	// Freshness (SPEC §5).
+	token     freshness.Token // write token: at or after the session's last commit
+	floor     freshness.Token // monotonic-read floor: token or what the last read saw
+	minLSN    freshness.Token // SET pg_kinetic.min_lsn
+	position  freshness.Token // the primary's position captured for a strict-fresh read
+	captures  int             // WAL position queries in flight
+	lastWrite time.Time       // for sticky_primary_window_ms
+	fallback  *fallbackSlot   // a primary fallback this session holds until its unit ends
 
 	// awaiting is a replica link running a retryable read; answered turns
 	// true when the first byte of its answer is about to reach the client.

@@ -1,0 +1,218 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+
+	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/freshness"
+	"github.com/pg-kinetic/pg-kinetic/health"
+)
+
+// Kinds of WAL position capture (expect.capture).
+const (
+	captureWrite    = 'W' // after a unit on the primary that may have written: token and floor
+	captureRead     = 'R' // after a read on the primary: floor only
+	captureReplay   = 'r' // after a read on a replica: floor only (its replay position)
+	capturePosition = 'P' // strict-fresh: the primary's position as a statement begins
+)
+
+// positionQuery reads the primary's WAL insert position (at or after the
+// end of every commit so far, also with synchronous_commit = off), its
+// timeline, and the WAL page size to normalise the position with.
+const positionQuery = "SELECT pg_catalog.pg_current_wal_insert_lsn(), " +
+	"('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::int, " +
+	"pg_catalog.current_setting('wal_block_size')::int"
+
+// replayQuery reads a standby's replay position after a read there: the
+// read saw at most that much, and the session must never see less again.
+const replayQuery = "SELECT pg_catalog.pg_last_wal_replay_lsn(), " +
+	"coalesce((SELECT received_tli FROM pg_catalog.pg_stat_wal_receiver), 0), 0"
+
+// freshnessOn reports whether the session's route routes reads, so WAL
+// positions matter. With routing off no position is ever read.
+func (ss *session) freshnessOn() bool {
+	return ss.route.ReadRouting.ReadRoutingMode != config.RoutingOff && len(ss.route.Replicas) > 0
+}
+
+// injectCapture queues a WAL position query on l after the client's unit,
+// in the same write: the client's answer is not delayed by it.
+func (ss *session) injectCapture(l *link, kind byte) error {
+	q := positionQuery
+	if kind == captureReplay {
+		q = replayQuery
+	}
+	buf, err := (&pgproto3.Query{String: q}).Encode(nil)
+	if err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	l.swallow = append(l.swallow, expect{kind: 'Z', batch: l.batches, capture: kind})
+	l.batches++
+	ss.captures++
+	ss.mu.Unlock()
+	if _, err := l.conn.W.Write(buf); err != nil {
+		return err
+	}
+	return l.conn.W.Flush()
+}
+
+// captured is called by l's reader with the ReadyForQuery ending a
+// position query. A position read inside a transaction ('T', 'E') is not
+// after any commit and is ignored.
+func (ss *session) captured(l *link, kind, status byte) {
+	var tok freshness.Token
+	ok := false
+	if status == 'I' && l.captured != nil {
+		var row pgproto3.DataRow
+		if row.Decode(l.captured) == nil && len(row.Values) == 3 {
+			lsn, err1 := freshness.ParseLSN(string(row.Values[0]))
+			tli, err2 := strconv.ParseUint(string(row.Values[1]), 10, 32)
+			blk, err3 := strconv.ParseUint(string(row.Values[2]), 10, 32)
+			if err1 == nil && err2 == nil && err3 == nil {
+				tok = freshness.Token{Timeline: uint32(tli), LSN: freshness.LSN(health.NormalizeInsertLSN(uint64(lsn), blk))}
+				ok = true
+			}
+		}
+	}
+	l.captured = nil
+	var status2 *pgproto3.ParameterStatus
+	ss.mu.Lock()
+	ss.captures--
+	if ok {
+		switch kind {
+		case captureWrite:
+			if tokenLess(ss.token, tok) {
+				ss.token = tok
+				status2 = &pgproto3.ParameterStatus{Name: "pg_kinetic.write_lsn", Value: tok.String()}
+			}
+			ss.raiseFloorLocked(tok)
+		case captureRead, captureReplay:
+			ss.raiseFloorLocked(tok)
+		case capturePosition:
+			ss.position = tok
+		}
+	}
+	ss.cond.Broadcast()
+	ss.mu.Unlock()
+	if status2 != nil {
+		// After the unit's own ReadyForQuery: the client is told its token
+		// without waiting for it.
+		ss.send(status2)
+	}
+}
+
+// tokenLess orders tokens by timeline, then position.
+func tokenLess(a, b freshness.Token) bool {
+	if a.Timeline != b.Timeline {
+		return a.Timeline < b.Timeline
+	}
+	return a.LSN < b.LSN
+}
+
+// raiseFloorLocked moves the monotonic-read floor up to t. Callers hold
+// ss.mu.
+func (ss *session) raiseFloorLocked(t freshness.Token) {
+	if tokenLess(ss.floor, t) {
+		ss.floor = t
+	}
+}
+
+// readRequirement is what a read of this session needs from a replica
+// (SPEC §5), given the route's policy and the unit's hints.
+func (ss *session) readRequirement(u unitInfo, primary health.Verdict) freshness.Requirement {
+	f := ss.route.Freshness
+	req := freshness.Requirement{VerdictTTL: ss.route.HA.VerdictTTL(), PrimaryTimeline: primary.Timeline}
+	lagBudget, floor := false, false
+	switch f.FreshnessPolicy {
+	case config.FreshnessMaxLag:
+		lagBudget = true
+	case config.FreshnessSessionWriteLSN:
+		floor = true
+	case config.FreshnessSessionWriteLSNAndMax:
+		lagBudget, floor = true, true
+	}
+	if u.staleOK {
+		// Bounded staleness: the lag budget, not the session's writes.
+		lagBudget, floor = true, false
+	}
+	if lagBudget {
+		req.MaxLagMS, req.MaxLagBytes = int64(f.MaxReplicaLagMS), f.MaxReplicaLagBytes
+	}
+	ss.mu.Lock()
+	if floor {
+		req.Floor = ss.floor
+		if tokenLess(req.Floor, ss.token) {
+			req.Floor = ss.token
+		}
+	}
+	if tokenLess(req.Floor, ss.minLSN) {
+		req.Floor = ss.minLSN
+	}
+	ss.mu.Unlock()
+	if tokenLess(req.Floor, u.minLSN) {
+		req.Floor = u.minLSN
+	}
+	return req
+}
+
+// strictPosition reads the primary's current WAL position for a
+// strict-fresh read: one round trip to the primary, only for such reads.
+func (ss *session) strictPosition() (freshness.Token, bool) {
+	ss.waitIdle()
+	ss.mu.Lock()
+	ss.position = freshness.Token{}
+	ss.mu.Unlock()
+	if err := ss.injectCapture(ss.primary, capturePosition); err != nil {
+		return freshness.Token{}, false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for ss.captures > 0 && !ss.killed && !ss.primary.dead {
+		ss.cond.Wait()
+	}
+	return ss.position, !ss.position.IsZero()
+}
+
+// waitCaptures waits until every WAL position query in flight has
+// answered, so a read is routed with the session's latest token.
+func (ss *session) waitCaptures() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for ss.captures > 0 && !ss.killed && !ss.primary.dead {
+		ss.cond.Wait()
+	}
+}
+
+// waitForReplica waits, up to the route's read_after_write_timeout_ms,
+// until some replica becomes eligible for req, hurrying the probes of the
+// replicas that are behind so fresh replay positions arrive quickly. It
+// never sleeps a fixed time: it wakes on each new health snapshot.
+func (ss *session) waitForReplica(req freshness.Requirement) bool {
+	checker := ss.srv.routing.Load().checkers[ss.route.Name]
+	if checker == nil {
+		return false
+	}
+	deadline := time.NewTimer(ss.route.Freshness.ReadAfterWriteTimeout())
+	defer deadline.Stop()
+	start := time.Now()
+	for {
+		snap := checker.Snapshot()
+		for _, c := range ss.srv.candidatesFrom(ss.route, snap, req) {
+			if c.eligible && c.weight > 0 {
+				return true
+			}
+			checker.Hurry(c.addr)
+		}
+		select {
+		case <-snap.Changed():
+		case <-deadline.C:
+			ss.log.Debug("no replica caught up within read_after_write_timeout_ms",
+				zap.Duration("waited", time.Since(start)))
+			return false
+		}
+	}
+}
