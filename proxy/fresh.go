@@ -79,6 +79,16 @@ func (ss *session) captured(l *link, kind, status byte) {
 		}
 	}
 	l.captured = nil
+	if ok && kind == captureReplay && tok.Timeline == 0 {
+		// pg_stat_wal_receiver hides received_tli from users without
+		// pg_read_all_stats: the replica's probed timeline stands in.
+		if r := ss.srv.routing.Load(); r != nil && r.checkers[ss.route.Name] != nil {
+			if v, have := r.checkers[ss.route.Name].Snapshot().Get(l.addr); have {
+				tok.Timeline = v.Timeline
+			}
+		}
+		ok = tok.Timeline != 0
+	}
 	var status2 *pgproto3.ParameterStatus
 	ss.mu.Lock()
 	ss.captures--
@@ -90,8 +100,11 @@ func (ss *session) captured(l *link, kind, status byte) {
 				status2 = &pgproto3.ParameterStatus{Name: "pg_kinetic.write_lsn", Value: tok.String()}
 			}
 			ss.raiseFloorLocked(tok)
-		case captureRead, captureReplay:
+		case captureRead:
 			ss.raiseFloorLocked(tok)
+		case captureReplay:
+			ss.raiseFloorLocked(tok)
+			ss.srv.observe(l.addr, tok)
 		case capturePosition:
 			ss.position = tok
 		}
@@ -192,10 +205,11 @@ func (ss *session) waitCaptures() {
 // replicas that are behind so fresh replay positions arrive quickly. It
 // never sleeps a fixed time: it wakes on each new health snapshot.
 func (ss *session) waitForReplica(req freshness.Requirement) bool {
-	checker := ss.srv.routing.Load().checkers[ss.route.Name]
-	if checker == nil {
+	r := ss.srv.routing.Load()
+	if r == nil || r.checkers[ss.route.Name] == nil {
 		return false
 	}
+	checker := r.checkers[ss.route.Name]
 	deadline := time.NewTimer(ss.route.Freshness.ReadAfterWriteTimeout())
 	defer deadline.Stop()
 	start := time.Now()

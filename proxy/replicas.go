@@ -136,6 +136,15 @@ func (s *Server) candidatesFrom(rt *config.Route, snap *health.Snapshot, req fre
 		if snap != nil {
 			v, have = snap.Get(rep.Address)
 		}
+		if have {
+			// A replay position this proxy saw itself after a read there
+			// is newer than the last probe's: use the larger.
+			if o, ok := s.observed.Load(rep.Address); ok {
+				if ob := o.(freshness.Token); ob.Timeline == v.Timeline && uint64(ob.LSN) > v.ReplayLSN {
+					v.ReplayLSN = uint64(ob.LSN)
+				}
+			}
+		}
 		c.eligible, c.reason = freshness.Eligible(v, have, req, now)
 		if c.eligible && s.backoff.blocked(rep.Address, now) {
 			c.eligible, c.reason = false, reasonReplicaUnavailable
@@ -320,4 +329,24 @@ func pgTextArray(names []string) string {
 		b = append(b, '"')
 	}
 	return string(append(b, '}'))
+}
+
+// observe records a replay position read on replica addr (after a read
+// there): the server-wide freshest knowledge of how far it has replayed,
+// which a probe only confirms later. Kept per timeline; a position on a
+// new timeline replaces the old one.
+func (s *Server) observe(addr string, t freshness.Token) {
+	for {
+		old, loaded := s.observed.LoadOrStore(addr, t)
+		if !loaded {
+			return
+		}
+		o := old.(freshness.Token)
+		if o.Timeline == t.Timeline && o.LSN >= t.LSN {
+			return
+		}
+		if s.observed.CompareAndSwap(addr, old, t) {
+			return
+		}
+	}
 }

@@ -51,6 +51,7 @@ type Server struct {
 	backoff    backoffs
 	volatility volatility
 	fallbacks  sync.Map // route name -> *atomic.Int64: primary fallbacks in flight
+	observed   sync.Map // replica address -> freshness.Token: replay position seen after a read
 
 	clients atomic.Int64 // sessions counted against max_client_conn
 	nextID  atomic.Uint64

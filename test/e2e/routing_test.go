@@ -67,7 +67,10 @@ func lastRoute(t *testing.T, ctx context.Context, c *pgx.Conn) string {
 // on the primary, read-only transactions stay on one replica.
 func TestReadsReachReplicasWritesStayOnPrimary(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := routedProxy(t, cl, kinetictest.Params{})
+	// The session reads its own writes: fallback_policy "wait" lets a
+	// replica catch up (woken by hurried probes) instead of the primary
+	// answering until the next regular probe.
+	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})
 	ctx := ctxT(t, 60*time.Second)
 	c := connect(t, ctx, px.AppDSN())
 	reps := replicaPorts(cl)
@@ -211,7 +214,10 @@ func TestSetTransactionReadOnlyPinsAReplica(t *testing.T) {
 // primary until DISCARD ALL.
 func TestSessionStateFollowsTheSession(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := routedProxy(t, cl, kinetictest.Params{})
+	// The session reads its own writes: fallback_policy "wait" lets a
+	// replica catch up (woken by hurried probes) instead of the primary
+	// answering until the next regular probe.
+	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})
 	ctx := ctxT(t, 30*time.Second)
 	cfg, _ := pgx.ParseConfig(px.AppDSN())
 	cfg.RuntimeParams["application_name"] = "follow-me"
@@ -270,7 +276,10 @@ func TestSessionStateFollowsTheSession(t *testing.T) {
 // SQL PREPARE work whichever server a unit lands on.
 func TestPreparedStatementsAcrossServers(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := routedProxy(t, cl, kinetictest.Params{})
+	// The session reads its own writes: fallback_policy "wait" lets a
+	// replica catch up (woken by hurried probes) instead of the primary
+	// answering until the next regular probe.
+	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})
 	ctx := ctxT(t, 30*time.Second)
 	c := connect(t, ctx, px.AppDSN())
 	reps := replicaPorts(cl)
@@ -346,7 +355,10 @@ func TestPreparedStatementsAcrossServers(t *testing.T) {
 // the primary's catalog makes a SELECT a write; a STABLE one does not.
 func TestVolatileFunctionsGoToPrimary(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := routedProxy(t, cl, kinetictest.Params{})
+	// The session reads its own writes: fallback_policy "wait" lets a
+	// replica catch up (woken by hurried probes) instead of the primary
+	// answering until the next regular probe.
+	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})
 	ctx := ctxT(t, 30*time.Second)
 	c := connect(t, ctx, px.AppDSN())
 	reps := replicaPorts(cl)
