@@ -315,9 +315,19 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 	var req freshness.Requirement
 	var primaryV health.Verdict
 	fresh := ss.freshnessOn()
+	if fresh {
+		primaryV, _ = ss.srv.primaryVerdict(ss.route)
+	}
+	if fresh && !u.read && !u.txStart && primaryV.RoleMismatch() {
+		// The configured primary is in recovery: writes fail closed,
+		// they go neither to it nor to any replica (SPEC §5, §7).
+		ss.lastRoute = "target=" + targetRejected + " reason=" + reasonSplitBrain + " lag_ms=0"
+		return nil, ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
+			Code: codeReadOnlyTx, Message: "pg-kinetic: the configured primary is in recovery; writes fail closed",
+			Detail: "server " + ss.route.Primary.Address + " reports pg_is_in_recovery() = true (split brain)"}, open)
+	}
 	if fresh && (u.read || u.txStart) && !u.hintPrim {
 		ss.waitCaptures()
-		primaryV, _ = ss.srv.primaryVerdict(ss.route)
 		req = ss.readRequirement(u, primaryV)
 		if u.strict {
 			pos, ok := ss.strictPosition()
@@ -665,7 +675,14 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 // the session's pinning effects.
 func (ss *session) recordRoute(d decision, ds []*classified) {
 	target := d.target
-	ss.lastRoute = "target=" + target + " reason=" + d.reason + " lag_ms=0"
+	lag := "0"
+	if target == targetReplica {
+		lag = strconv.FormatInt(d.lagMS, 10)
+		if d.lagMS < 0 {
+			lag = "unknown"
+		}
+	}
+	ss.lastRoute = "target=" + target + " reason=" + d.reason + " lag_ms=" + lag
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for _, dec := range ds {

@@ -19,6 +19,7 @@ const (
 	consistencyMessage   = "pg-kinetic: no server can serve this read within its consistency contract"
 	codeInFailedTx       = "25P02"
 	codeInvalidParameter = "22023"
+	codeReadOnlyTx       = "25006"
 	codeUndefinedObject  = "42704"
 )
 

@@ -130,7 +130,7 @@ func (s *Server) candidatesFrom(rt *config.Route, snap *health.Snapshot, req fre
 	}
 	out := make([]candidate, 0, len(rt.Replicas))
 	for _, rep := range rt.Replicas {
-		c := candidate{addr: rep.Address, weight: rep.Weight}
+		c := candidate{addr: rep.Address, weight: rep.Weight, lagMS: -1}
 		var v health.Verdict
 		have := false
 		if snap != nil {
@@ -146,6 +146,9 @@ func (s *Server) candidatesFrom(rt *config.Route, snap *health.Snapshot, req fre
 			}
 		}
 		c.eligible, c.reason = freshness.Eligible(v, have, req, now)
+		if have {
+			c.lagMS = v.LagMS
+		}
 		if c.eligible && s.backoff.blocked(rep.Address, now) {
 			c.eligible, c.reason = false, reasonReplicaUnavailable
 		}

@@ -31,6 +31,7 @@ type candidate struct {
 	weight   int
 	eligible bool
 	reason   string // why not eligible (SPEC §8 word)
+	lagMS    int64  // the replica's measured lag, -1 unknown
 }
 
 // unitInfo is what the router knows about a unit of work.
@@ -62,6 +63,7 @@ type decision struct {
 	target string // targetPrimary, targetReplica or targetRejected
 	addr   string // replica address when target is targetReplica
 	reason string
+	lagMS  int64 // the chosen replica's lag (SHOW pg_kinetic.last_route)
 }
 
 // decide routes one unit. It is pure: the candidates carry eligibility, rnd
@@ -100,7 +102,7 @@ func decide(s sessionInfo, u unitInfo, cands []candidate, rnd float64) decision 
 	if s.cur != "" && s.curReplica {
 		for _, c := range cands {
 			if c.addr == s.cur && c.eligible && c.weight > 0 {
-				return decision{target: targetReplica, addr: c.addr, reason: reasonRead}
+				return decision{target: targetReplica, addr: c.addr, reason: reasonRead, lagMS: c.lagMS}
 			}
 		}
 	}
@@ -124,7 +126,7 @@ func decide(s sessionInfo, u unitInfo, cands []candidate, rnd float64) decision 
 			continue
 		}
 		if pick < c.weight {
-			return decision{target: targetReplica, addr: c.addr, reason: reasonRead}
+			return decision{target: targetReplica, addr: c.addr, reason: reasonRead, lagMS: c.lagMS}
 		}
 		pick -= c.weight
 	}
