@@ -104,10 +104,7 @@ func (ss *session) serve() {
 	}
 	ss.kill(nil)
 	ss.mu.Lock()
-	if ss.fallback != nil {
-		ss.fallback.release()
-		ss.fallback = nil
-	}
+	ss.holdFallbackLocked(nil)
 	ss.mu.Unlock()
 	if ss.counted {
 		ss.srv.clients.Add(-1)
@@ -391,10 +388,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 				d = decision{target: targetRejected, reason: reasonFallbackOverload}
 			} else {
 				ss.mu.Lock()
-				if ss.fallback != nil {
-					ss.fallback.release()
-				}
-				ss.fallback = slot
+				ss.holdFallbackLocked(slot)
 				ss.mu.Unlock()
 				if u.staleOK {
 					ss.send(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "01000",

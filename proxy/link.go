@@ -273,9 +273,8 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 	ss.tx = status
 	if status == 'I' {
 		ss.unitEnded()
-		if ss.pending == 0 && ss.fallback != nil {
-			ss.fallback.release()
-			ss.fallback = nil
+		if ss.pending == 0 {
+			ss.holdFallbackLocked(nil)
 		}
 	}
 	ss.cond.Broadcast()

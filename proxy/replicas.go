@@ -171,6 +171,15 @@ type fallbackSlot struct{ n *atomic.Int64 }
 
 func (f *fallbackSlot) release() { f.n.Add(-1) }
 
+// holdFallbackLocked makes slot the session's fallback, releasing the one
+// it held (nil: just release). Callers hold ss.mu.
+func (ss *session) holdFallbackLocked(slot *fallbackSlot) {
+	if ss.fallback != nil {
+		ss.fallback.release()
+	}
+	ss.fallback = slot
+}
+
 // takeFallback counts a primary fallback of route rt; false when the
 // route's max_primary_fallback_inflight is reached (SPEC §5: protect the
 // primary a recovery needs).
