@@ -53,7 +53,7 @@ func newRouting(cfg *config.Config, log *zap.Logger) *routing {
 			Interval: rt.HA.HealthInterval(),
 			Timeout:  rt.HA.HealthTimeout(),
 			Prober:   prober,
-			Logger:   log.With(zap.String("route", rt.Name)),
+			Logger:   log,
 		})
 		r.probers = append(r.probers, prober)
 	}
