@@ -143,3 +143,35 @@ func (ss *session) releaseServer(c *pool.Conn, p *pool.Pool, clean bool) {
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// primaryLink returns the session's primary link, connecting a new one when
+// the primary went away while the session did not use it (the session
+// went on reading from replicas). The new server knows nothing of the
+// session: settings and prepared statements are replayed on first use like
+// on any server. Failing, it returns an error for the unit, not the session.
+func (ss *session) primaryLink() (*link, error) {
+	ss.mu.Lock()
+	l := ss.primary
+	ss.mu.Unlock()
+	if !l.dead {
+		return l, nil
+	}
+	c, p, err := ss.acquire(ss.route.Primary.Address)
+	if err != nil {
+		// The session survives (its reads go on); this unit fails.
+		return nil, &clientError{severity: "ERROR", code: codeConnectionFailure,
+			message: "pg-kinetic: the primary of route " + quoteIdent(ss.route.Name) + " is unavailable",
+			detail:  err.Error()}
+	}
+	ss.detach(l, false)
+	nl := newLink(c, p, false)
+	ss.mu.Lock()
+	if ss.cur == l {
+		ss.cur = nil
+	}
+	ss.primary = nl
+	ss.mu.Unlock()
+	ss.attach(nl)
+	ss.log.Info("reconnected to the primary", zap.String("server", nl.addr), zap.Uint32("server_pid", c.PID))
+	return nl, nil
+}

@@ -400,7 +400,10 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			return nil, ss.reject(d, open)
 		}
 		if d.target == targetPrimary {
-			l = ss.primary
+			var err error
+			if l, err = ss.primaryLink(); err != nil {
+				return nil, ss.failUnit(errorResponse(err), open)
+			}
 		} else {
 			var err error
 			if l, err = ss.replicaLink(d.addr); err != nil {

@@ -157,19 +157,48 @@ func (ss *session) readRequirement(u unitInfo, primary health.Verdict) freshness
 	}
 	ss.mu.Lock()
 	if floor {
+		// The session's own positions: a newer timeline supersedes an
+		// older one, because the session has since read from the new
+		// primary (that is how its floor got there).
 		req.Floor = ss.floor
 		if tokenLess(req.Floor, ss.token) {
 			req.Floor = ss.token
 		}
 	}
-	if tokenLess(req.Floor, ss.minLSN) {
-		req.Floor = ss.minLSN
-	}
+	req.Floor = mergeExternal(req.Floor, ss.minLSN, primary.Timeline)
 	ss.mu.Unlock()
-	if tokenLess(req.Floor, u.minLSN) {
-		req.Floor = u.minLSN
-	}
+	req.Floor = mergeExternal(req.Floor, u.minLSN, primary.Timeline)
 	return req
+}
+
+// mergeExternal adds a token from elsewhere (a min_lsn hint, SET
+// pg_kinetic.min_lsn) to a floor. On one timeline the larger position
+// wins. On different timelines the older one wins: nothing proves its
+// position lies before the switch point, so it must send the read to the
+// primary (Eligible says timeline_changed), whatever the session's own
+// floor. A bare token (timeline 0) means the current timeline.
+func mergeExternal(floor, ext freshness.Token, current uint32) freshness.Token {
+	if ext.IsZero() {
+		return floor
+	}
+	if ext.Timeline == 0 {
+		ext.Timeline = current
+	}
+	switch {
+	case floor.IsZero():
+		return ext
+	case floor.Timeline == ext.Timeline || floor.Timeline == 0 || ext.Timeline == 0:
+		if floor.LSN < ext.LSN {
+			if ext.Timeline == 0 {
+				ext.Timeline = floor.Timeline
+			}
+			return ext
+		}
+		return floor
+	case ext.Timeline < floor.Timeline:
+		return ext
+	}
+	return floor
 }
 
 // strictPosition reads the primary's current WAL position for a

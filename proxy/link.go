@@ -139,10 +139,14 @@ func (ss *session) serverToClient(l *link) error {
 				}
 			}
 		}
-		if !drop && l.replica && l.batches == l.rfqs {
-			// Unsolicited, from a replica link nobody waits on (a FATAL
-			// before a shutdown, a ParameterStatus after a reload): the
-			// client is talking to another server and must not see it.
+		if unsolicited := !drop && l.batches == l.rfqs && !(l == ss.cur && ss.tx != 'I'); unsolicited &&
+			(l.replica || h.Type == 'E' && ss.pinned == "" && ss.freshnessOn()) {
+			// Unsolicited, from a link nobody waits on: anything from a
+			// replica (a FATAL before a shutdown, a ParameterStatus after a
+			// reload), or the primary's FATAL before it goes away when the
+			// session can go on without it. The client is talking to
+			// another server and must not see it. (NOTIFY and notices from
+			// the primary still pass: LISTEN pins the session there.)
 			drop = true
 		}
 		ss.mu.Unlock()
@@ -160,10 +164,9 @@ func (ss *session) serverToClient(l *link) error {
 						srv.Params[ps.Name] = ps.Value
 					}
 				case 'E':
-					if isFatal(body) {
-						sawFatal = true
-					}
-					if head.capture == 0 {
+					// Dropped: the client was not told, so a failure that
+					// follows is reported to it by the proxy.
+					if head.capture == 0 && head.kind != 0 {
 						ss.log.Warn("a statement the proxy injected failed", zap.String("server", l.addr), zap.String("error", errorText(body)))
 					}
 					l.captured = nil
@@ -196,6 +199,34 @@ func (ss *session) serverToClient(l *link) error {
 			continue
 		}
 
+		if l.awaitingFirst.Load() && h.Type == 'E' && h.Len <= wire.MaxSmallBodyLen*100 {
+			// A retryable read whose replica answers with a FATAL error
+			// (a shutdown racing the read): nothing reached the client
+			// yet, so the read runs once more elsewhere (SPEC §7).
+			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
+				ss.linkFailed(l, err, false)
+				return errServerGone
+			}
+			if isFatal(body) {
+				ss.linkFailed(l, errors.New(errorText(body)), false)
+				return errServerGone
+			}
+			ss.mu.Lock()
+			ss.unitErr = true
+			ss.mu.Unlock()
+			if err := ss.relay(h, body); err != nil {
+				ss.conn.Close()
+				return err
+			}
+			l.awaitingFirst.Store(false)
+			ss.mu.Lock()
+			if ss.awaiting == l && !ss.answered {
+				ss.answered = true
+				ss.cond.Broadcast()
+			}
+			ss.mu.Unlock()
+			continue
+		}
 		if l.awaitingFirst.Load() {
 			l.awaitingFirst.Store(false)
 			ss.mu.Lock()
@@ -263,6 +294,19 @@ func (ss *session) serverToClient(l *link) error {
 	}
 }
 
+// relay writes one already-read message to the client and flushes.
+func (ss *session) relay(h wire.Header, body []byte) error {
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	if err := wire.WriteHeader(ss.w, h); err != nil {
+		return err
+	}
+	if _, err := ss.w.Write(body); err != nil {
+		return err
+	}
+	return ss.w.Flush()
+}
+
 // readyForQuery records a client-visible ReadyForQuery from l and reports
 // whether a draining session must close now.
 func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
@@ -288,6 +332,13 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 	l.conn.MarkBroken()
 	ss.mu.Lock()
 	l.dead = true
+	// Position queries queued on it will never answer.
+	for _, e := range l.swallow {
+		if e.capture != 0 {
+			ss.captures--
+		}
+	}
+	l.swallow = nil
 	serving := l == ss.cur && (ss.pending > 0 || ss.tx != 'I')
 	if ss.awaiting == l && !ss.answered {
 		serving = false // the session goroutine retries the read elsewhere
@@ -298,7 +349,20 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 		ss.log.Info("idle replica connection lost", zap.String("server", l.addr), zap.Error(err))
 		return
 	}
+	if !l.replica && !serving && ss.freshnessOn() && ss.pinnedReason() == "" {
+		// The primary went away while the session was not using it: reads
+		// can go on on replicas; the next unit for the primary reconnects
+		// or fails with an error (reconnectPrimary).
+		ss.log.Info("idle primary connection lost; the session continues", zap.String("server", l.addr), zap.Error(err))
+		return
+	}
 	ss.serverFailed(l.conn, err, toldClient)
+}
+
+func (ss *session) pinnedReason() string {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.pinned
 }
 
 func errorText(body []byte) string {

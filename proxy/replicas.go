@@ -79,6 +79,7 @@ type backoffs struct {
 
 type backoffState struct {
 	failures int
+	at       time.Time // the last failure that counted
 	until    time.Time
 }
 
@@ -91,7 +92,12 @@ func (b *backoffs) failed(addr string, now time.Time) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := b.state[addr]
+	if now.Before(st.until) {
+		// Sessions failing at the same moment are one failure, not many.
+		return st.until.Sub(now)
+	}
 	st.failures++
+	st.at = now
 	d := backoffBase << min(st.failures-1, 10)
 	if d > backoffMax {
 		d = backoffMax
@@ -107,10 +113,20 @@ func (b *backoffs) succeeded(addr string) {
 	delete(b.state, addr)
 }
 
-func (b *backoffs) blocked(addr string, now time.Time) bool {
+// blocked reports whether addr is backed off at now. A probe that found
+// the server reachable after its last failure ends the backoff early.
+func (b *backoffs) blocked(addr string, now time.Time, v health.Verdict, have bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return now.Before(b.state[addr].until)
+	st, ok := b.state[addr]
+	if !ok || !now.Before(st.until) {
+		return false
+	}
+	if have && v.Reachable && v.ProbedAt.After(st.at) {
+		delete(b.state, addr)
+		return false
+	}
+	return true
 }
 
 // candidates lists a route's replicas with their eligibility for a read
@@ -149,7 +165,7 @@ func (s *Server) candidatesFrom(rt *config.Route, snap *health.Snapshot, req fre
 		if have {
 			c.lagMS = v.LagMS
 		}
-		if c.eligible && s.backoff.blocked(rep.Address, now) {
+		if c.eligible && s.backoff.blocked(rep.Address, now, v, have) {
 			c.eligible, c.reason = false, reasonReplicaUnavailable
 		}
 		out = append(out, c)
@@ -200,11 +216,15 @@ func (s *Server) takeFallback(rt *config.Route) (*fallbackSlot, bool) {
 func (ss *session) replicaLink(addr string) (*link, error) {
 	ss.mu.Lock()
 	l := ss.replicas[addr]
+	var gone *link
 	if l != nil && l.dead {
 		delete(ss.replicas, addr)
-		l = nil
+		gone, l = l, nil
 	}
 	ss.mu.Unlock()
+	if gone != nil {
+		ss.detach(gone, false) // frees its pool slot
+	}
 	if l != nil {
 		return l, nil
 	}

@@ -1,6 +1,10 @@
 package proxy
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/pg-kinetic/pg-kinetic/freshness"
+)
 
 func TestDecide(t *testing.T) {
 	prefer := sessionInfo{mode: "prefer_replica", fallback: "primary"}
@@ -35,6 +39,30 @@ func TestDecide(t *testing.T) {
 	} {
 		if got := decide(tc.s, tc.u, tc.cands, tc.rnd); got != tc.want {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestMergeExternal(t *testing.T) {
+	tok := func(tli uint32, lsn uint64) freshness.Token {
+		return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}
+	}
+	for _, tc := range []struct {
+		name       string
+		floor, ext freshness.Token
+		current    uint32
+		want       freshness.Token
+	}{
+		{"no external token", tok(2, 100), freshness.Token{}, 2, tok(2, 100)},
+		{"same timeline, external higher", tok(2, 100), tok(2, 200), 2, tok(2, 200)},
+		{"same timeline, floor higher", tok(2, 300), tok(2, 200), 2, tok(2, 300)},
+		{"bare token is the current timeline", tok(2, 100), tok(0, 200), 2, tok(2, 200)},
+		{"older timeline wins over a newer floor", tok(2, 900), tok(1, 50), 2, tok(1, 50)},
+		{"newer external timeline than the floor", tok(1, 900), tok(2, 50), 2, tok(1, 900)},
+		{"no floor", freshness.Token{}, tok(1, 50), 2, tok(1, 50)},
+	} {
+		if got := mergeExternal(tc.floor, tc.ext, tc.current); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
