@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"os"
@@ -44,6 +45,7 @@ type link struct {
 	dead       bool // the reader ended; the link must not be used
 
 	captured []byte // the DataRow of a WAL position query in progress (reader-owned)
+	held     []byte // messages held back for a retryable read (reader-owned)
 
 	// awaitingFirst is set while a retryable read waits for the first
 	// byte of its answer (see session.awaiting); atomic so the reader
@@ -199,6 +201,23 @@ func (ss *session) serverToClient(l *link) error {
 			continue
 		}
 
+		if l.awaitingFirst.Load() && isPreamble(h.Type) && h.Len <= wire.MaxSmallBodyLen && len(l.held) < 1<<16 {
+			// ParseComplete, BindComplete, parameter and row descriptions
+			// of a retryable read are held back until its first row,
+			// completion or error: a replica that fails after sending
+			// only these has not answered, and the read may still run
+			// elsewhere (SPEC §7).
+			start := len(l.held)
+			l.held = append(l.held, h.Type, 0, 0, 0, 0)
+			binary.BigEndian.PutUint32(l.held[start+1:], uint32(h.Len+4))
+			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
+				l.held = l.held[:0]
+				ss.linkFailed(l, err, false)
+				return errServerGone
+			}
+			l.held = append(l.held, body...)
+			continue
+		}
 		if l.awaitingFirst.Load() && h.Type == 'E' && h.Len <= wire.MaxSmallBodyLen*100 {
 			// A retryable read whose replica answers with a FATAL error
 			// (a shutdown racing the read): nothing reached the client
@@ -208,12 +227,17 @@ func (ss *session) serverToClient(l *link) error {
 				return errServerGone
 			}
 			if isFatal(body) {
+				l.held = l.held[:0]
 				ss.linkFailed(l, errors.New(errorText(body)), false)
 				return errServerGone
 			}
 			ss.mu.Lock()
 			ss.unitErr = true
 			ss.mu.Unlock()
+			if err := ss.relayHeld(l); err != nil {
+				ss.conn.Close()
+				return err
+			}
 			if err := ss.relay(h, body); err != nil {
 				ss.conn.Close()
 				return err
@@ -229,6 +253,10 @@ func (ss *session) serverToClient(l *link) error {
 		}
 		if l.awaitingFirst.Load() {
 			l.awaitingFirst.Store(false)
+			if err := ss.relayHeld(l); err != nil {
+				ss.conn.Close()
+				return err
+			}
 			ss.mu.Lock()
 			if ss.awaiting == l && !ss.answered {
 				ss.answered = true
@@ -292,6 +320,28 @@ func (ss *session) serverToClient(l *link) error {
 			return errInterrupted
 		}
 	}
+}
+
+// isPreamble reports the message types that precede a statement's answer
+// proper (see the held-back rule in serverToClient).
+func isPreamble(t byte) bool {
+	switch t {
+	case '1', '2', 't', 'T', 'n':
+		return true
+	}
+	return false
+}
+
+// relayHeld writes the messages held back for a retryable read, if any.
+func (ss *session) relayHeld(l *link) error {
+	if len(l.held) == 0 {
+		return nil
+	}
+	ss.wmu.Lock()
+	_, err := ss.w.Write(l.held)
+	ss.wmu.Unlock()
+	l.held = l.held[:0]
+	return err
 }
 
 // relay writes one already-read message to the client and flushes.
