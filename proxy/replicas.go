@@ -234,7 +234,9 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 		Size:           ss.route.Pool.Size,
 		AcquireTimeout: ss.route.Pool.AcquireTimeout(),
 		Credentials:    cred,
-		Dialer:         pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: ss.srv.opts.connectTimeout},
+		// A read must not wait long for a replica that does not answer:
+		// the primary or another replica can serve it.
+		Dialer: pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: replicaDialTimeout(ss.route, ss.srv.opts.connectTimeout)},
 	})
 	if err != nil {
 		return nil, err
@@ -381,4 +383,10 @@ func (s *Server) observe(addr string, t freshness.Token) {
 			return
 		}
 	}
+}
+
+// replicaDialTimeout bounds connecting to a replica for a read: twice the
+// probe timeout, at least a second, at most the general connect timeout.
+func replicaDialTimeout(rt *config.Route, ceiling time.Duration) time.Duration {
+	return min(max(2*rt.HA.HealthTimeout(), time.Second), ceiling)
 }
