@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -480,9 +481,8 @@ func errCode(err error) string {
 	switch {
 	case errors.As(err, &pe):
 		return pe.Code
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case pgconn.Timeout(err):
+	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
+		dumpProxyOnce.Do(dumpProxyGoroutines)
 		return "timeout"
 	default:
 		return "conn"
@@ -1054,4 +1054,18 @@ func (h *harness) checkDurability(ctx context.Context, workers []*worker) {
 		}
 	}
 	t.Logf("durability: %d rows on the primary and each standby, %d INSERTs acknowledged", rows, acked)
+}
+
+var dumpProxyOnce sync.Once
+
+// dumpProxyGoroutines prints the in-process proxy's goroutines the first
+// time a statement hits the hang guard, so a hang can be diagnosed.
+func dumpProxyGoroutines() {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "pg-kinetic/proxy.") {
+			fmt.Fprintf(os.Stderr, "hang guard: proxy goroutine:\n%s\n\n", g)
+		}
+	}
 }
