@@ -118,7 +118,10 @@ func run(ctx context.Context, kineticd, workDir, listen string) (err error) {
 pg-kinetic demo is running.
   connect:  psql "postgres://%s:%s@127.0.0.1:%s/%s?sslmode=disable"
   primary:  %s   replica: %s
-  try:      SELECT inet_server_port(), pg_is_in_recovery();
+  try:      SELECT inet_server_port(), pg_is_in_recovery();   -- a read: the replica answers
+            CREATE TABLE t (x int); INSERT INTO t VALUES (1);    -- writes: the primary
+            SELECT x, inet_server_port() FROM t;                 -- your own write, read back safely
+            SHOW pg_kinetic.last_route;  SHOW pg_kinetic.write_lsn;
 Press Ctrl-C to stop and clean up.
 
 (config: %s, kineticd log: %s, psql: %s)
@@ -135,18 +138,19 @@ Press Ctrl-C to stop and clean up.
 }
 
 // configTOML is the demo's kineticd configuration (SPEC §2): one user, one
-// route with read routing off, so every query goes to the primary until the
-// newcomer edits the file and reloads (kill -HUP).
+// route with read routing on (prefer_replica, waiting briefly for the
+// replica to replay a session's own writes).
 func configTOML(listen, primary, replica string) string {
 	return fmt.Sprintf(`# Written by the pg-kinetic demo (go run ./test/demo); removed when it exits.
-# Try: set read_routing_mode = "prefer_replica" below, then kill -HUP kineticd.
+# Try: change read_routing_mode below ("off", "require_replica") or
+# fallback_policy ("primary", "reject"), then kill -HUP kineticd and reconnect.
 
 [server]
 listen = %q
 shutdown_timeout_ms = 3000
 
 [admin]
-users = [%q]               # connect to database "pgkinetic" for SHOW SERVERS
+users = [%q]
 
 [metrics]
 listen = ""
@@ -168,7 +172,11 @@ address = %q
 address = %q
 weight = 1
 [routes.read_routing]
-read_routing_mode = "off"
+read_routing_mode = "prefer_replica"
+fallback_policy = "wait"     # a read of your own write waits (max 750 ms) for the replica
+[routes.ha]
+replica_health_interval_ms = 500
+replica_health_timeout_ms = 400
 `, listen, pgtest.AppUser, pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB, primary, replica)
 }
 
