@@ -189,6 +189,13 @@ func (ss *session) readStartup(body []byte) error {
 		return fatalf(codeInvalidAuthorization,
 			"pg-kinetic: SSL connection is required for user %q, database %q (tls_mode = require)", ss.user, ss.database)
 	}
+	for k, v := range sm.Parameters {
+		// pg_kinetic.* variables are the proxy's (SPEC §4), set at startup
+		// like any other, never sent to a server.
+		if strings.EqualFold(k, "pg_kinetic.query_class") {
+			ss.queryClass = v
+		}
+	}
 	var err error
 	if ss.startup, err = startupSettings(sm.Parameters); err != nil {
 		return err

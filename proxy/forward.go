@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -307,6 +308,30 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		}
 	}
 
+	// The read's query class and the rollout decide whether it may leave
+	// the primary at all (SPEC §6).
+	fallback := ss.route.ReadRouting.FallbackPolicy
+	var class classPolicy
+	if ss.freshnessOn() && (u.read || u.txStart || u.class != "") {
+		name := u.class
+		if name == "" {
+			name = ss.queryClass
+		}
+		stage, rolledBack := ss.srv.rollout.get()
+		var err error
+		if class, err = resolveClass(ss.route, name, stage, rolledBack); err != nil {
+			return nil, ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
+				Code: codeInvalidParameter, Message: "pg-kinetic: " + err.Error()}, open)
+		}
+		fallback = class.fallback
+		switch {
+		case class.primary && (u.read || u.txStart):
+			u.read, u.txStart, u.reason = false, false, class.reason
+		case class.staleOK:
+			u.staleOK = true
+		}
+	}
+
 	// What a read needs from a replica (SPEC §5). Positions are read
 	// before any lock is taken; strict-fresh costs a round trip here.
 	var req freshness.Requirement
@@ -357,6 +382,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		ss.mu.Lock()
 		for ss.pending > 0 && !ss.killed && ss.cur != nil && !ss.cur.dead {
 			s := ss.sessionInfoLocked()
+			s.fallback = fallback
 			d = ss.decideLocked(s, u, tried, req)
 			if d.target != targetRejected && ss.cur == ss.linkFor(d) {
 				break // same server: pipelining may continue
@@ -368,12 +394,13 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			return nil, nil
 		}
 		s := ss.sessionInfoLocked()
+		s.fallback = fallback
 		d = ss.decideLocked(s, u, tried, req)
 		retryable := d.target == targetReplica && u.read && !u.txStart && !s.inTx && !open && ss.deferred == ""
 		ss.mu.Unlock()
 
 		fellBack := d.target != targetReplica && isFallback(d.reason)
-		if fellBack && !waited && ss.route.ReadRouting.FallbackPolicy == config.FallbackWait {
+		if fellBack && !waited && fallback == config.FallbackWait {
 			// fallback_policy = "wait": give the replicas up to
 			// read_after_write_timeout_ms to qualify, then decide again.
 			waited = true
@@ -419,6 +446,11 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			return nil, err
 		}
 		ss.recordRoute(d, decisions)
+		if d.target == targetReplica && class.label {
+			// label_staleness: the answer says how stale it may be.
+			ss.send(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "01000",
+				Message: fmt.Sprintf("pg-kinetic: served by a replica with lag_ms=%d", d.lagMS)})
+		}
 		if !u.read {
 			ss.mu.Lock()
 			ss.lastWrite = time.Now()
@@ -610,6 +642,10 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 	if d.Hints.StaleOK {
 		u.staleOK = true
 	}
+	if d.Hints.Class != "" && u.class == "" {
+		u.class = d.Hints.Class
+	}
+
 	if d.Hints.StrictFresh {
 		u.strict = true
 	}

@@ -51,6 +51,10 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 		}
 		return true, ss.sendRows("pg_kinetic.last_route", route, "SHOW")
 	}
+	if isShow(d.text, "pg_kinetic.query_class") {
+		ss.waitIdle()
+		return true, ss.sendRows("pg_kinetic.query_class", ss.queryClass, "SHOW")
+	}
 	if isShow(d.text, "pg_kinetic.write_lsn") || isShow(d.text, "pg_kinetic.min_lsn") {
 		ss.waitIdle()
 		ss.waitCaptures()
@@ -199,6 +203,17 @@ func (ss *session) setKinetic(set classify.Setting) error {
 		ss.mu.Lock()
 		ss.minLSN = t
 		ss.mu.Unlock()
+	case "pg_kinetic.query_class":
+		v := strings.Trim(set.Value, "'")
+		if set.Reset {
+			v = ""
+		}
+		if v != "" {
+			if _, ok := ss.route.QueryClass(v); !ok {
+				return fail(codeInvalidParameter, fmt.Sprintf("invalid value for parameter %q: unknown query class %q", set.Name, v))
+			}
+		}
+		ss.queryClass = v
 	default:
 		return fail(codeUndefinedObject, fmt.Sprintf("unrecognized configuration parameter %q", set.Name))
 	}

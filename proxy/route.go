@@ -23,6 +23,9 @@ const (
 	reasonStrictFresh        = "strict_fresh"
 	reasonSplitBrain         = "split_brain"
 	reasonFallbackOverload   = "fallback_overload"
+	reasonClassPrimaryOnly   = "class_primary_only"
+	reasonClassNotEnabled    = "class_not_enabled"
+	reasonRollback           = "rollback"
 )
 
 // candidate is a replica of the route as the router sees it for one unit.
@@ -45,6 +48,7 @@ type unitInfo struct {
 
 	// Freshness hints (SPEC §4).
 	staleOK, strict bool
+	class           string // declared by a class= hint
 	minLSN          freshness.Token
 	hintErr         string // an invalid hint: the unit fails with 22023
 }

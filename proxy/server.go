@@ -48,6 +48,7 @@ type Server struct {
 	mockNonce   [32]byte // salts mock SCRAM credentials of unknown users
 
 	routing    atomic.Pointer[routing] // classifiers and health checkers of the config in force
+	rollout    *rollout                // stage and rollback state (SPEC §6)
 	backoff    backoffs
 	volatility volatility
 	fallbacks  sync.Map // route name -> *atomic.Int64: primary fallbacks in flight
@@ -90,6 +91,11 @@ func New(opts Options) (*Server, error) {
 		cancels:   map[cancelKey]*session{},
 	}
 	rand.Read(s.mockNonce[:])
+	ro, err := loadRollout(opts.Config.Load(), opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	s.rollout = ro
 	s.backoff.state = map[string]backoffState{}
 	s.volatility.known = map[string]bool{}
 	s.volatility.conns = map[string]*pgconn.PgConn{}

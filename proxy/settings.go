@@ -26,7 +26,7 @@ func startupSettings(params map[string]string) ([]setting, error) {
 	}
 	names := make([]string, 0, len(params))
 	for k := range params {
-		if !notSettings[k] && !strings.HasPrefix(k, "_pq_.") {
+		if !notSettings[k] && !strings.HasPrefix(k, "_pq_.") && !strings.HasPrefix(strings.ToLower(k), "pg_kinetic.") {
 			names = append(names, k)
 		}
 	}
