@@ -60,6 +60,9 @@ func New(key Key, opts Options) *Pool {
 	return &Pool{key: key, opts: opts, slots: make(chan struct{}, opts.Size)}
 }
 
+// Size is the most connections the pool holds.
+func (p *Pool) Size() int { return cap(p.slots) }
+
 // Key returns the pool's key.
 func (p *Pool) Key() Key { return p.key }
 

@@ -35,18 +35,24 @@ func (s *Server) handle(nc net.Conn) {
 		tc.SetKeepAlive(true)
 	}
 	ss := &session{
-		srv:  s,
-		id:   s.nextID.Add(1),
-		conn: nc,
-		r:    bufio.NewReaderSize(nc, clientBufSize),
-		w:    bufio.NewWriterSize(nc, clientBufSize),
-		cfg:  s.opts.Config.Load(),
-		tx:   'I',
+		srv:       s,
+		id:        s.nextID.Add(1),
+		conn:      nc,
+		r:         bufio.NewReaderSize(nc, clientBufSize),
+		w:         bufio.NewWriterSize(nc, clientBufSize),
+		cfg:       s.opts.Config.Load(),
+		tx:        'I',
+		connected: time.Now(),
 	}
 	ss.log = s.log.With(zap.Uint64("session", ss.id), zap.String("client", nc.RemoteAddr().String()))
 	s.track(ss)
 	defer s.untrack(ss)
 	defer nc.Close()
+	defer func() {
+		if ss.counted {
+			s.clients.Add(-1)
+		}
+	}()
 
 	nc.SetDeadline(time.Now().Add(s.opts.loginTimeout))
 	isCancel, err := ss.admit()
@@ -58,6 +64,9 @@ func (s *Server) handle(nc net.Conn) {
 	}
 	if err == nil {
 		err = ss.connect()
+	}
+	if errors.Is(err, errConsoleDone) {
+		return
 	}
 	if err != nil {
 		ss.rejectStartup(err)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pg-kinetic/pg-kinetic/classify"
+	"github.com/pg-kinetic/pg-kinetic/config"
 	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
@@ -20,6 +21,12 @@ import (
 // client's startup (AuthenticationOk, ParameterStatus, BackendKeyData,
 // ReadyForQuery).
 func (ss *session) connect() error {
+	if ss.database == config.AdminDatabase {
+		if !ss.cfg.IsAdmin(ss.user) || ss.userCfg == nil {
+			return fatalf(codeInvalidAuthorization, "pg-kinetic: user %q is not allowed to use the admin console", ss.user)
+		}
+		return ss.serveAdmin()
+	}
 	route, ok := ss.cfg.RouteByDatabase(ss.database)
 	if !ok {
 		return fatalf(codeInvalidCatalogName, "database %q does not exist", ss.database)

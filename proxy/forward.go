@@ -107,9 +107,6 @@ func (ss *session) serve() {
 	ss.mu.Lock()
 	ss.holdFallbackLocked(nil)
 	ss.mu.Unlock()
-	if ss.counted {
-		ss.srv.clients.Add(-1)
-	}
 }
 
 // clientToServer reads client messages, groups them into units, routes
@@ -343,7 +340,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 	if fresh && !u.read && !u.txStart && primaryV.RoleMismatch() {
 		// The configured primary is in recovery: writes fail closed,
 		// they go neither to it nor to any replica (SPEC §5, §7).
-		ss.lastRoute = "target=" + targetRejected + " reason=" + reasonSplitBrain + " lag_ms=0"
+		ss.setLastRoute(targetRejected, reasonSplitBrain, "0", "")
 		return nil, ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
 			Code: codeReadOnlyTx, Message: "pg-kinetic: the configured primary is in recovery; writes fail closed",
 			Detail: "server " + ss.route.Primary.Address + " reports pg_is_in_recovery() = true (split brain)"}, open)
@@ -715,7 +712,17 @@ func (ss *session) recordRoute(d decision, ds []*classified) {
 			lag = "unknown"
 		}
 	}
-	ss.lastRoute = "target=" + target + " reason=" + d.reason + " lag_ms=" + lag
+	class := ""
+	for _, dec := range ds {
+		if dec.Hints.Class != "" {
+			class = dec.Hints.Class
+			break
+		}
+	}
+	if class == "" {
+		class = ss.queryClass
+	}
+	ss.setLastRoute(target, d.reason, lag, class)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for _, dec := range ds {

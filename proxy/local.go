@@ -45,7 +45,9 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 	d := ds[0]
 	if isShow(d.text, "pg_kinetic.last_route") {
 		ss.waitIdle()
+		ss.mu.Lock()
 		route := ss.lastRoute
+		ss.mu.Unlock()
 		if route == "" {
 			route = "target= reason= lag_ms="
 		}
@@ -119,7 +121,7 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 // reject answers a unit with KN001. For an open batch (ended by Flush)
 // the caller then drops messages until Sync, as a server would.
 func (ss *session) reject(d decision, open bool) error {
-	ss.lastRoute = "target=" + targetRejected + " reason=" + d.reason + " lag_ms=0"
+	ss.setLastRoute(targetRejected, d.reason, "0", ss.queryClass)
 	return ss.failUnit(&pgproto3.ErrorResponse{
 		Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeConsistency,
 		Message: consistencyMessage, Detail: "cause: " + d.reason,

@@ -29,6 +29,9 @@ type Options struct {
 	Config  ConfigSource // required
 	Logger  *zap.Logger  // nil = no logging
 	Version string
+	// Reload, when set, is what the admin console's RELOAD runs (the same
+	// path as SIGHUP: validate, swap, Server.Reload).
+	Reload func() error
 
 	// loginTimeout bounds admission and authentication of one client
 	// (default 60 s, like PostgreSQL's authentication_timeout).
@@ -53,6 +56,7 @@ type Server struct {
 	volatility volatility
 	fallbacks  sync.Map // route name -> *atomic.Int64: primary fallbacks in flight
 	observed   sync.Map // replica address -> freshness.Token: replay position seen after a read
+	decisions  sync.Map // route\x00class\x00target -> *atomic.Uint64, for SHOW ROUTES
 
 	clients atomic.Int64 // sessions counted against max_client_conn
 	nextID  atomic.Uint64

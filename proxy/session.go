@@ -73,7 +73,8 @@ type session struct {
 	sqlPrepared map[string]sqlPrep  // SQL-level PREPARE name -> statement
 	effects     []effect            // of the unit in progress, applied when it ends well
 
-	lastRoute  string // SHOW pg_kinetic.last_route
+	lastRoute  string // SHOW pg_kinetic.last_route (under mu)
+	connected  time.Time
 	queryClass string // SET pg_kinetic.query_class / startup parameter
 
 	// Freshness (SPEC §5).

@@ -70,7 +70,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer log.Sync()
 
 	holder := config.NewHolder(cfg)
-	srv, err := proxy.New(proxy.Options{Config: holder, Logger: log, Version: version})
+	var srv *proxy.Server
+	srv, err = proxy.New(proxy.Options{Config: holder, Logger: log, Version: version,
+		Reload: func() error { return reload(holder, srv, logLevel, log) }})
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 1
@@ -121,12 +123,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // reload swaps in a new validated config; an invalid one is refused with
 // the same messages as --check-config and the running one stays.
-func reload(holder *config.Holder, srv *proxy.Server, level zap.AtomicLevel, log *zap.Logger) {
+func reload(holder *config.Holder, srv *proxy.Server, level zap.AtomicLevel, log *zap.Logger) error {
 	old := holder.Load()
 	cfg, err := holder.Reload()
 	if err != nil {
 		log.Error("reload refused; keeping the running configuration", zap.String("problems", err.Error()))
-		return
+		return err
 	}
 	if err := srv.Reload(); err != nil {
 		log.Error("reload: TLS material could not be loaded; keeping the previous certificates", zap.Error(err))
@@ -138,6 +140,7 @@ func reload(holder *config.Holder, srv *proxy.Server, level zap.AtomicLevel, log
 		level.SetLevel(l)
 	}
 	log.Info("configuration reloaded", zap.String("config", cfg.Path))
+	return nil
 }
 
 func newLogger(lc config.Log, level zap.AtomicLevel, w io.Writer) (*zap.Logger, error) {
