@@ -92,7 +92,7 @@ func NewMetrics() *Metrics {
 		}, []string{"route", "reason"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricRejectedReads,
-			Help: "Reads refused because no replica qualified and the fallback policy is reject, by reason.",
+			Help: "Reads refused with KN001 because no server could serve them within their consistency contract, by reason.",
 		}, []string{"route", "reason"}),
 		readWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    MetricReadWait,
@@ -146,7 +146,8 @@ func (m *Metrics) PrimaryFallback(route, reason string) {
 	}).Inc()
 }
 
-// RejectedRead counts a read refused under fallback_policy reject.
+// RejectedRead counts a read refused with KN001 (fallback_policy reject or
+// require_replica with no qualifying replica, fallback_overload, ...).
 func (m *Metrics) RejectedRead(route, reason string) {
 	m.rejectedCache.get(routeReason{route, reason}, func() prometheus.Counter {
 		return m.rejected.WithLabelValues(route, reason)
@@ -191,8 +192,8 @@ type ServerSample struct {
 	LagBytes, LagMS int64
 	// ProbeAge is the time since the last successful probe.
 	ProbeAge time.Duration
-	// SplitBrain is true when the server claims to be a writable primary
-	// while another server of the route is the primary.
+	// SplitBrain is true on a role mismatch (SPEC §5): a configured replica
+	// that is not in recovery, or a configured primary that is.
 	SplitBrain bool
 	// PoolActive and PoolIdle are the server's pooled connections.
 	PoolActive, PoolIdle int
@@ -286,7 +287,7 @@ func newServerCollector() *serverCollector {
 		probeAge: prometheus.NewDesc(MetricProbeAge,
 			"Seconds since the server's last successful health probe.", rs, nil),
 		splitBrain: prometheus.NewDesc(MetricSplitBrain,
-			"1 when the server claims to be a writable primary while another server of the route is the primary.", rs, nil),
+			"1 when the server's detected role contradicts its configured role (a replica not in recovery, or a primary in recovery).", rs, nil),
 		pool: prometheus.NewDesc(MetricPoolConnections,
 			"Pooled server connections by state (active, idle).", []string{"route", "server", "state"}, nil),
 		routes: make(map[string][]ServerSample),
