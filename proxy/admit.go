@@ -199,15 +199,25 @@ func (ss *session) readStartup(body []byte) error {
 			"pg-kinetic: SSL connection is required for user %q, database %q (tls_mode = require)", ss.user, ss.database)
 	}
 	for k, v := range sm.Parameters {
-		// pg_kinetic.* variables are the proxy's (SPEC §4), set at startup
-		// like any other, never sent to a server.
 		if strings.EqualFold(k, "pg_kinetic.query_class") {
 			ss.queryClass = v
 		}
 	}
-	var err error
-	if ss.startup, err = startupSettings(sm.Parameters); err != nil {
+	settings, err := startupSettings(sm.Parameters)
+	if err != nil {
 		return err
+	}
+	// pg_kinetic.* variables are the proxy's (SPEC §4): set at startup like
+	// any other (also through options, -c pg_kinetic.query_class=...),
+	// never sent to a server.
+	for _, st := range settings {
+		switch name := strings.ToLower(st.name); {
+		case name == "pg_kinetic.query_class":
+			ss.queryClass = st.value
+		case strings.HasPrefix(name, "pg_kinetic."):
+		default:
+			ss.startup = append(ss.startup, st)
+		}
 	}
 	return nil
 }

@@ -25,9 +25,20 @@ import (
 func (ss *session) setLastRoute(target, reason, lag, class string) {
 	ss.mu.Lock()
 	ss.lastRoute = "target=" + target + " reason=" + reason + " lag_ms=" + lag
+	ss.unitStart, ss.unitTarget = time.Now(), target
 	ss.mu.Unlock()
 	if ss.route != nil {
 		ss.srv.countDecision(ss.route.Name, class, target)
+		ss.srv.metrics.RouteDecision(ss.route.Name, class, target, reason)
+		if target == targetRejected {
+			ss.srv.metrics.RejectedRead(ss.route.Name, reason)
+		} else if target == targetPrimary && isFallback(reason) {
+			ss.srv.metrics.PrimaryFallback(ss.route.Name, reason)
+		}
+		if ce := ss.log.Check(zap.DebugLevel, "route"); ce != nil {
+			ce.Write(zap.String("route", ss.route.Name), zap.String("class", class), zap.String("target", target),
+				zap.String("reason", reason), zap.String("lag_ms", lag))
+		}
 	}
 }
 

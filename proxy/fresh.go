@@ -246,6 +246,7 @@ func (ss *session) waitForReplica(req freshness.Requirement) bool {
 		snap := checker.Snapshot()
 		for _, c := range ss.srv.candidatesFrom(ss.route, snap, req) {
 			if c.eligible && c.weight > 0 {
+				ss.srv.metrics.ReadWait(time.Since(start).Seconds())
 				return true
 			}
 			checker.Hurry(c.addr)
@@ -253,6 +254,7 @@ func (ss *session) waitForReplica(req freshness.Requirement) bool {
 		select {
 		case <-snap.Changed():
 		case <-deadline.C:
+			ss.srv.metrics.ReadWait(time.Since(start).Seconds())
 			ss.log.Debug("no replica caught up within read_after_write_timeout_ms",
 				zap.Duration("waited", time.Since(start)))
 			return false

@@ -369,6 +369,10 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 		ss.unitEnded()
 		if ss.pending == 0 {
 			ss.holdFallbackLocked(nil)
+			if !ss.unitStart.IsZero() {
+				ss.srv.metrics.QueryDuration(ss.unitTarget, time.Since(ss.unitStart).Seconds())
+				ss.unitStart = time.Time{}
+			}
 		}
 	}
 	ss.cond.Broadcast()

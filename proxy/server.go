@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
+	"github.com/pg-kinetic/pg-kinetic/admin"
 	"github.com/pg-kinetic/pg-kinetic/config"
 	"github.com/pg-kinetic/pg-kinetic/pool"
 )
@@ -29,6 +30,8 @@ type Options struct {
 	Config  ConfigSource // required
 	Logger  *zap.Logger  // nil = no logging
 	Version string
+	// Metrics receives the proxy's metrics (nil: kept but not exported).
+	Metrics *admin.Metrics
 	// Reload, when set, is what the admin console's RELOAD runs (the same
 	// path as SIGHUP: validate, swap, Server.Reload).
 	Reload func() error
@@ -52,6 +55,8 @@ type Server struct {
 
 	routing    atomic.Pointer[routing] // classifiers and health checkers of the config in force
 	rollout    *rollout                // stage and rollback state (SPEC §6)
+	metrics    *admin.Metrics
+	stopMon    context.CancelFunc
 	backoff    backoffs
 	volatility volatility
 	fallbacks  sync.Map // route name -> *atomic.Int64: primary fallbacks in flight
@@ -100,6 +105,11 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.rollout = ro
+	s.metrics = opts.Metrics
+	if s.metrics == nil {
+		s.metrics = admin.NewMetrics()
+	}
+	s.metrics.SetClientCounter(s.clients.Load)
 	s.backoff.state = map[string]backoffState{}
 	s.volatility.known = map[string]bool{}
 	s.volatility.conns = map[string]*pgconn.PgConn{}
@@ -107,6 +117,13 @@ func New(opts Options) (*Server, error) {
 		s.routing.Swap(nil).close()
 		return nil, err
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopMon = cancel
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.monitor(ctx)
+	}()
 	return s, nil
 }
 
@@ -191,6 +208,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, ss := range sessions {
 		ss.drain()
 	}
+	s.stopMon()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	var err error
@@ -213,6 +231,7 @@ func (s *Server) Close() error {
 		ln.Close()
 	}
 	s.mu.Unlock()
+	s.stopMon()
 	s.closeSessions()
 	s.wg.Wait()
 	s.closeRouting()
@@ -267,6 +286,9 @@ func (s *Server) untrack(ss *session) {
 	}
 	s.mu.Unlock()
 }
+
+// Metrics is the registry-backed metrics the server records into.
+func (s *Server) Metrics() *admin.Metrics { return s.metrics }
 
 // ClientCount is the number of client connections currently open.
 func (s *Server) ClientCount() int64 { return s.clients.Load() }

@@ -74,6 +74,8 @@ type session struct {
 	effects     []effect            // of the unit in progress, applied when it ends well
 
 	lastRoute  string // SHOW pg_kinetic.last_route (under mu)
+	unitStart  time.Time
+	unitTarget string
 	connected  time.Time
 	queryClass string // SET pg_kinetic.query_class / startup parameter
 

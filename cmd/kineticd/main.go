@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/pg-kinetic/pg-kinetic/admin"
 	"github.com/pg-kinetic/pg-kinetic/config"
 	"github.com/pg-kinetic/pg-kinetic/proxy"
 )
@@ -70,8 +71,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer log.Sync()
 
 	holder := config.NewHolder(cfg)
+	metrics := admin.NewMetrics()
 	var srv *proxy.Server
-	srv, err = proxy.New(proxy.Options{Config: holder, Logger: log, Version: version,
+	srv, err = proxy.New(proxy.Options{Config: holder, Logger: log, Version: version, Metrics: metrics,
 		Reload: func() error { return reload(holder, srv, logLevel, log) }})
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
@@ -81,6 +83,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		log.Error("cannot listen", zap.String("listen", cfg.Server.Listen), zap.Error(err))
 		return 1
+	}
+	if cfg.Metrics.Listen != "" {
+		mln, err := net.Listen("tcp", cfg.Metrics.Listen)
+		if err != nil {
+			log.Error("cannot listen for metrics", zap.String("metrics.listen", cfg.Metrics.Listen), zap.Error(err))
+			srv.Close()
+			return 1
+		}
+		hs := admin.ServeMetrics(mln, metrics)
+		defer hs.Close()
+		log.Info("metrics at /metrics", zap.String("listen", mln.Addr().String()))
 	}
 	log.Info("kineticd started", zap.String("version", version), zap.String("listen", ln.Addr().String()),
 		zap.String("config", *cfgPath), zap.Int("routes", len(cfg.Routes)))

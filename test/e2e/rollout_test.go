@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pg-kinetic/pg-kinetic/admin"
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
@@ -233,4 +237,85 @@ backend_password = "app-secret"
 	if _, err := pgx.Connect(ctx, px.DSN("notadmin", "x", "pgkinetic")); pgCode(err) != "28000" {
 		t.Fatalf("non-admin on the console: %v, want 28000", err)
 	}
+}
+
+// TestBillingAndSessionStateNeverReachReplicas: under a mixed load (hints,
+// SET pg_kinetic.query_class, a startup parameter, undeclared reads,
+// writes), kinetic_route_decisions_total never shows a replica target for
+// billing_balance or session_state, while catalog_browse does reach them.
+func TestBillingAndSessionStateNeverReachReplicas(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	extra := strings.Replace(classesTOML(filepath.Join(t.TempDir(), "s.json")), "stage = 0", "stage = 2", 1)
+	px := routedProxy(t, cl, kinetictest.Params{Extra: extra})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := admin.ServeMetrics(ln, px.Server.Metrics())
+	defer hs.Close()
+
+	cfg, _ := pgx.ParseConfig(px.AppDSN())
+	cfg.RuntimeParams["options"] = "-c pg_kinetic.query_class=session_state"
+	startupClass, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer startupClass.Close(ctx)
+	c := connect(t, ctx, px.AppDSN())
+	set := connect(t, ctx, px.AppDSN())
+	if _, err := set.Exec(ctx, "set pg_kinetic.query_class = 'billing_balance'"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 30; i++ {
+		for _, q := range []struct {
+			conn  *pgx.Conn
+			sql   string
+			never bool
+		}{
+			{c, "/* pg-kinetic: class=billing_balance */ select inet_server_port()", true},
+			{c, "/* pg-kinetic: class=session_state replica */ select inet_server_port()", true},
+			{c, "/* pg-kinetic: class=catalog_browse */ select inet_server_port()", false},
+			{c, "select inet_server_port()", false},
+			{set, "select inet_server_port()", true},
+			{startupClass, "select inet_server_port()", true},
+		} {
+			p := portOf(t, ctx, q.conn, q.sql, pgx.QueryExecModeSimpleProtocol)
+			if q.never && p != cl.Primary.Port {
+				t.Fatalf("%q ran on %d", q.sql, p)
+			}
+		}
+	}
+	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	replicaDecisions := func(class string) int {
+		n := 0
+		for _, line := range strings.Split(text, "\n") {
+			if strings.HasPrefix(line, "kinetic_route_decisions_total{") && strings.Contains(line, `query_class="`+class+`"`) &&
+				strings.Contains(line, `target="replica"`) {
+				var v float64
+				fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v)
+				n += int(v)
+			}
+		}
+		return n
+	}
+	for _, class := range []string{"billing_balance", "session_state"} {
+		if n := replicaDecisions(class); n != 0 {
+			t.Errorf("%s has %d replica decisions in kinetic_route_decisions_total", class, n)
+		}
+		if !strings.Contains(text, `query_class="`+class+`"`) {
+			t.Errorf("no decisions recorded for %s at all", class)
+		}
+	}
+	if n := replicaDecisions("catalog_browse"); n == 0 {
+		t.Errorf("catalog_browse never reached a replica:\n%s", text)
+	}
+	t.Logf("replica decisions: catalog_browse=%d default=%d billing_balance=0 session_state=0",
+		replicaDecisions("catalog_browse"), replicaDecisions("default"))
 }
