@@ -216,7 +216,10 @@ func (c consoleSource) Servers() []admin.ServerRow {
 					row.ProbeAgeMS = now.Sub(v.ProbedAt).Milliseconds()
 					row.SplitBrain = v.RoleMismatch() || v.IdentityMismatch
 					if role == "standby" {
-						row.Healthy, _ = freshness.Eligible(v, true, freshness.Requirement{VerdictTTL: rt.HA.VerdictTTL()}, now)
+						// Healthy: it could serve a read inside the route's
+						// lag budget now (no session floor).
+						row.Healthy, _ = freshness.Eligible(v, true, freshness.Requirement{VerdictTTL: rt.HA.VerdictTTL(),
+							MaxLagMS: int64(rt.Freshness.MaxReplicaLagMS), MaxLagBytes: rt.Freshness.MaxReplicaLagBytes}, now)
 					} else {
 						row.Healthy = v.Reachable && !row.SplitBrain
 					}

@@ -24,6 +24,7 @@ type rollout struct {
 	stage      int
 	rolledBack bool
 	path       string
+	overridden bool // an operator command or a state file set the state
 }
 
 type rolloutFile struct {
@@ -48,7 +49,7 @@ func loadRollout(cfg *config.Config, log *zap.Logger) (*rollout, error) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, fmt.Errorf("rollout.state_file %s: %w", r.path, err)
 	}
-	r.stage, r.rolledBack = f.Stage, f.RolledBack
+	r.stage, r.rolledBack, r.overridden = f.Stage, f.RolledBack, true
 	log.Info("rollout state restored", zap.String("state_file", r.path), zap.Int("stage", r.stage), zap.Bool("rolled_back", r.rolledBack))
 	return r, nil
 }
@@ -82,8 +83,22 @@ func (r *rollout) set(stage int, rolledBack bool) error {
 			return err
 		}
 	}
-	r.stage, r.rolledBack = stage, rolledBack
+	r.stage, r.rolledBack, r.overridden = stage, rolledBack, true
 	return nil
+}
+
+// reloaded applies a new config: its [rollout] stage takes effect unless an
+// operator command (or a state file) has set the state, which then wins
+// until the process ends (or, with state_file, for good).
+func (r *rollout) reloaded(cfg *config.Config) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.path == "" && cfg.Rollout.StateFile != "" {
+		r.path = cfg.Rollout.StateFile
+	}
+	if !r.overridden {
+		r.stage = cfg.Rollout.Stage
+	}
 }
 
 // classPolicy is how a read of one query class may be routed right now.

@@ -134,6 +134,9 @@ func (s *Server) Reload() error {
 	if old := s.routing.Swap(newRouting(cfg, s.log)); old != nil {
 		old.close()
 	}
+	if s.rollout != nil {
+		s.rollout.reloaded(cfg)
+	}
 	s.volatility.reset()
 	if cfg.Server.TLSMode == config.TLSDisable || cfg.Server.TLSMode == "" {
 		s.tls.Store(nil)
