@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"errors"
-	"math"
 	"net"
 	"net/http"
 	"sort"
@@ -190,7 +189,8 @@ type ServerSample struct {
 	// series is then omitted rather than exported as a number (an unknown
 	// lag must not look like 0). A primary reports 0.
 	LagBytes, LagMS int64
-	// ProbeAge is the time since the last successful probe.
+	// ProbeAge is the time since the last successful probe; negative means
+	// never probed, and the series is omitted (an age of 0 would look fresh).
 	ProbeAge time.Duration
 	// SplitBrain is true on a role mismatch (SPEC §5): a configured replica
 	// that is not in recovery, or a configured primary that is.
@@ -331,7 +331,9 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 			if s.LagMS >= 0 {
 				ch <- prometheus.MustNewConstMetric(c.lagMS, prometheus.GaugeValue, float64(s.LagMS), r, s.Server)
 			}
-			ch <- prometheus.MustNewConstMetric(c.probeAge, prometheus.GaugeValue, math.Max(0, s.ProbeAge.Seconds()), r, s.Server)
+			if s.ProbeAge >= 0 {
+				ch <- prometheus.MustNewConstMetric(c.probeAge, prometheus.GaugeValue, s.ProbeAge.Seconds(), r, s.Server)
+			}
 			sb := 0.0
 			if s.SplitBrain {
 				sb = 1

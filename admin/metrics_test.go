@@ -76,6 +76,7 @@ func TestServeMetricsExposition(t *testing.T) {
 		{Server: "pg1", LagBytes: 0, LagMS: 0, ProbeAge: 250 * time.Millisecond, PoolActive: 3, PoolIdle: 2},
 		{Server: "pg2", LagBytes: 4096, LagMS: 120, ProbeAge: time.Second, PoolActive: 1, PoolIdle: 4},
 		{Server: "pg3", LagBytes: -1, LagMS: -1, ProbeAge: 2 * time.Second, SplitBrain: true},
+		{Server: "pg4", LagBytes: -1, LagMS: -1, ProbeAge: -time.Millisecond}, // never probed
 	})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -106,6 +107,8 @@ func TestServeMetricsExposition(t *testing.T) {
 		`kinetic_probe_age_seconds{route="app",server="pg3"} 2`,
 		`kinetic_split_brain{route="app",server="pg2"} 0`,
 		`kinetic_split_brain{route="app",server="pg3"} 1`,
+		`kinetic_split_brain{route="app",server="pg4"} 0`,
+		`kinetic_pool_connections{route="app",server="pg4",state="idle"} 0`,
 		`kinetic_pool_connections{route="app",server="pg1",state="active"} 3`,
 		`kinetic_pool_connections{route="app",server="pg1",state="idle"} 2`,
 		`kinetic_pool_connections{route="app",server="pg2",state="idle"} 4`,
@@ -114,6 +117,7 @@ func TestServeMetricsExposition(t *testing.T) {
 	wantNoSubstr(t, text,
 		`kinetic_replica_lag_bytes{route="app",server="pg3"}`,
 		`kinetic_replica_lag_ms{route="app",server="pg3"}`,
+		`kinetic_probe_age_seconds{route="app",server="pg4"}`,
 		`query_class=""`,
 	)
 	// Go runtime and process collectors are registered.
