@@ -319,3 +319,65 @@ func TestBillingAndSessionStateNeverReachReplicas(t *testing.T) {
 	t.Logf("replica decisions: catalog_browse=%d default=%d billing_balance=0 session_state=0",
 		replicaDecisions("catalog_browse"), replicaDecisions("default"))
 }
+
+// TestAutoRollback: with auto_rollback on, every replica staying over the
+// lag budget longer than lag_slo_window_ms rolls routing back by itself;
+// the rollback persists until ROUTING STAGE.
+func TestAutoRollback(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
+	ctx := ctxT(t, 60*time.Second)
+	state := filepath.Join(t.TempDir(), "auto.json")
+	extra := strings.Replace(classesTOML(state), "stage = 0\n", "stage = 2\nauto_rollback = true\nlag_slo_window_ms = 1500\n", 1) + `
+`
+	extra = "\n[routes.freshness]\nmax_replica_lag_ms = 300\n" + extra
+	px := routedProxy(t, cl, kinetictest.Params{Extra: extra})
+	if p, _ := classPort(t, ctx, px, "catalog_browse"); p != cl.Standbys[0].Port {
+		t.Fatalf("catalog_browse on %d before the breach", p)
+	}
+	if err := cl.Standbys[0].PauseReplay(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				cl.Primary.Exec(context.Background(), "select pg_logical_emit_message(false, 'kinetic', 'tick')")
+			}
+		}
+	}()
+	awaitCond(t, 20*time.Second, "auto_rollback to roll routing back", func() (bool, error) {
+		_, route := classPort(t, ctx, px, "catalog_browse")
+		return strings.Contains(route, "reason=rollback"), nil
+	})
+	stats := adminExec(t, ctx, px, "SHOW STATS")
+	rolled := false
+	for _, r := range stats {
+		if r[0] == "rolled_back" && r[1] == "true" {
+			rolled = true
+		}
+	}
+	if !rolled {
+		t.Fatalf("SHOW STATS after auto rollback: %v", stats)
+	}
+	if err := cl.Standbys[0].ResumeReplay(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Still rolled back after the replica recovered: an operator decides.
+	if _, route := classPort(t, ctx, px, "catalog_browse"); !strings.Contains(route, "reason=rollback") {
+		t.Fatalf("rollback lifted by itself: %s", route)
+	}
+	adminExec(t, ctx, px, "ROUTING STAGE 2")
+	awaitCond(t, 10*time.Second, "catalog_browse back on the replica", func() (bool, error) {
+		p, _ := classPort(t, ctx, px, "catalog_browse")
+		return p == cl.Standbys[0].Port, nil
+	})
+	for _, cmd := range []string{"SHOW CLIENTS", "SHOW POOLS", "SHOW CONFIG"} {
+		if rows := adminExec(t, ctx, px, cmd); len(rows) == 0 {
+			t.Errorf("%s returned no rows", cmd)
+		}
+	}
+}
