@@ -12,22 +12,7 @@ import (
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(leakChecked{m}) }
-
-// leakChecked fails the package when goroutines are left behind once every
-// test has run (probe loops, pgconn cleanups).
-type leakChecked struct{ m *testing.M }
-
-func (l leakChecked) Run() int {
-	code := l.m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			println("goleak: goroutines leaked after the tests:\n" + err.Error())
-			return 1
-		}
-	}
-	return code
-}
+func TestMain(m *testing.M) { pgtest.Main(m) } // also checks for leaked goroutines
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	t.Helper()

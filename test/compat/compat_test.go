@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
 
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
@@ -75,23 +74,7 @@ const (
 	ownQtySum = 21
 )
 
-func TestMain(m *testing.M) {
-	pgtest.Main(leakChecked{m})
-}
-
-// leakChecked fails the package when goroutines are left behind.
-type leakChecked struct{ m *testing.M }
-
-func (l leakChecked) Run() int {
-	code := l.m.Run()
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
-			println("goleak: goroutines leaked after the tests:\n" + err.Error())
-			return 1
-		}
-	}
-	return code
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // record is one JSON line of a client program.
 type record struct {

@@ -8,29 +8,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"go.uber.org/goleak"
 
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
 
-func TestMain(m *testing.M) {
-	pgtest.Main(leakChecked{m})
-}
-
-// leakChecked runs the tests, then fails the package when goroutines are
-// left behind (proxy sessions, server readers, pools).
-type leakChecked struct{ m *testing.M }
-
-func (l leakChecked) Run() int {
-	code := l.m.Run()
-	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
-			println("goleak: goroutines leaked after the tests:\n" + err.Error())
-			return 1
-		}
-	}
-	return code
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	t.Helper()

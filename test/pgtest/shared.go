@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.uber.org/goleak"
 	"os"
 	"sync"
 	"testing"
@@ -68,13 +69,14 @@ func unavailable(t testing.TB, err error) {
 	t.Fatalf("pgtest: cluster failed to start: %v", err)
 }
 
-// Main runs the tests of a package that uses Shared and closes the shared
-// cluster afterwards, whatever the outcome:
+// Main runs the tests of a package that uses Shared, closes the shared
+// cluster afterwards whatever the outcome, and then fails the package when
+// goroutines started during the tests are still running (proxy sessions,
+// probe loops, readers: everything must be owned and stopped):
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
-//
-// m is a *testing.M or a wrapper of one that adds checks around Run.
-func Main(m interface{ Run() int }) {
+func Main(m *testing.M) {
+	before := goleak.IgnoreCurrent() // what ran before any test is not ours
 	code := m.Run()
 	if shared.c != nil {
 		if err := shared.c.Close(); err != nil {
@@ -82,6 +84,12 @@ func Main(m interface{ Run() int }) {
 			if code == 0 {
 				code = 1
 			}
+		}
+	}
+	if code == 0 {
+		if err := goleak.Find(before); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines left running after the tests:\n%v\n", err)
+			code = 1
 		}
 	}
 	os.Exit(code)
