@@ -589,7 +589,14 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 		u.read, u.reason = false, reasonUnclassified
 	}
 	local := map[string]string{} // statements parsed in this batch
+	routingOff := ss.route.ReadRouting.ReadRoutingMode == config.RoutingOff
 	use := func(query string) {
+		if routingOff {
+			// Every unit goes to the primary: nothing to classify (the
+			// proxy still answers SHOW pg_kinetic.last_route by its text).
+			ds = append(ds, &classified{text: query})
+			return
+		}
 		c := &classified{text: query, Decision: ss.classifier.Classify(query)}
 		ds = append(ds, c)
 		ss.merge(&u, &c.Decision, len(ds) == 1)
