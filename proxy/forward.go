@@ -156,8 +156,8 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			if err := ss.forwardStreamed(l, h); err != nil {
 				return false, err
 			}
-			if h.Type == 'S' || h.Type == 'Q' {
-				ss.stream = nil
+			if err := ss.endStream(l, h.Type); err != nil {
+				return false, err
 			}
 			continue
 		}
@@ -174,8 +174,8 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			if err := ss.forwardStreamed(l, h); err != nil {
 				return false, err
 			}
-			if h.Type == 'S' || h.Type == 'Q' {
-				ss.stream = nil
+			if err := ss.endStream(l, h.Type); err != nil {
+				return false, err
 			}
 			continue
 		}
@@ -198,6 +198,23 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			}
 		}
 	}
+}
+
+// endStream closes an open unit (one routed at a Flush, or oversized) when
+// its Sync or Query has been forwarded: the WAL position query that keeps
+// the token current follows it, as for any other unit.
+func (ss *session) endStream(l *link, typ byte) error {
+	if ss.stream == nil || typ != 'S' && typ != 'Q' {
+		return nil
+	}
+	ss.stream = nil
+	if err := ss.afterUnit(l, ss.streamUnit, false); err != nil {
+		return err
+	}
+	if err := l.conn.W.Flush(); err != nil {
+		return errServerGone
+	}
+	return nil
 }
 
 // txStatus is the transaction status to report in a proxy-made
@@ -270,6 +287,18 @@ func (ss *session) count(l *link, typ byte) {
 // write forwards a batch's messages to l, preceded by whatever l needs to
 // run them (settings, statements, a deferred BEGIN), and flushes.
 func (ss *session) write(l *link, b *batch) error {
+	if err := ss.buffer(l, b); err != nil {
+		return err
+	}
+	if err := l.conn.W.Flush(); err != nil {
+		return errServerGone
+	}
+	return nil
+}
+
+// buffer is write without the flush, so what follows the unit (a WAL
+// position query) leaves in the same syscall.
+func (ss *session) buffer(l *link, b *batch) error {
 	for _, m := range b.msgs {
 		body := b.body(m)
 		if err := ss.trackFrontend(l, m.typ, body); err != nil {
@@ -283,9 +312,6 @@ func (ss *session) write(l *link, b *batch) error {
 			return errServerGone
 		}
 	}
-	if err := l.conn.W.Flush(); err != nil {
-		return errServerGone
-	}
 	return nil
 }
 
@@ -295,6 +321,9 @@ func (ss *session) write(l *link, b *batch) error {
 // command, a deferred BEGIN).
 func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 	u, decisions := ss.analyze(b, oversized)
+	if open {
+		ss.streamUnit = u // for the position query when the unit's Sync comes
+	}
 	if u.hintErr != "" {
 		return nil, ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
 			Code: codeInvalidParameter, Message: u.hintErr}, open)
@@ -454,10 +483,16 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			ss.mu.Unlock()
 		}
 		if !retryable {
-			if err := ss.write(l, b); err != nil {
+			if err := ss.buffer(l, b); err != nil {
 				return nil, err
 			}
-			return l, ss.afterUnit(l, u, open)
+			if err := ss.afterUnit(l, u, open); err != nil {
+				return nil, err
+			}
+			if err := l.conn.W.Flush(); err != nil {
+				return nil, errServerGone
+			}
+			return l, nil
 		}
 		// A safe read on a replica: if the replica fails before the first
 		// byte of the answer reached the client, run it once elsewhere.
@@ -465,7 +500,14 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		ss.awaiting, ss.answered = l, false
 		ss.mu.Unlock()
 		l.awaitingFirst.Store(true)
-		if err := ss.write(l, b); err != nil && !errors.Is(err, errServerGone) {
+		err := ss.buffer(l, b)
+		if err == nil {
+			err = ss.afterUnit(l, u, open)
+		}
+		if err == nil && l.conn.W.Flush() != nil {
+			err = errServerGone
+		}
+		if err != nil && !errors.Is(err, errServerGone) {
 			return nil, err
 		}
 		ss.mu.Lock()
@@ -483,7 +525,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		}
 		ss.mu.Unlock()
 		if !lost {
-			return l, ss.afterUnit(l, u, open)
+			return l, nil
 		}
 		if tried[d.addr] {
 			return nil, fatalf(codeConnectionFailure, "pg-kinetic: lost the connection to the server")

@@ -39,7 +39,8 @@ func (ss *session) freshnessOn() bool {
 }
 
 // injectCapture queues a WAL position query on l after the client's unit,
-// in the same write: the client's answer is not delayed by it.
+// in the same write (the caller flushes both at once): the client's answer
+// is not delayed by it.
 func (ss *session) injectCapture(l *link, kind byte) error {
 	q := positionQuery
 	if kind == captureReplay {
@@ -54,10 +55,8 @@ func (ss *session) injectCapture(l *link, kind byte) error {
 	l.batches++
 	ss.captures++
 	ss.mu.Unlock()
-	if _, err := l.conn.W.Write(buf); err != nil {
-		return err
-	}
-	return l.conn.W.Flush()
+	_, err = l.conn.W.Write(buf)
+	return err // the caller flushes, with the unit it follows
 }
 
 // captured is called by l's reader with the ReadyForQuery ending a
@@ -208,7 +207,7 @@ func (ss *session) strictPosition() (freshness.Token, bool) {
 	ss.mu.Lock()
 	ss.position = freshness.Token{}
 	ss.mu.Unlock()
-	if err := ss.injectCapture(ss.primary, capturePosition); err != nil {
+	if err := ss.injectCapture(ss.primary, capturePosition); err != nil || ss.primary.conn.W.Flush() != nil {
 		return freshness.Token{}, false
 	}
 	ss.mu.Lock()

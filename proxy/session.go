@@ -45,8 +45,9 @@ type session struct {
 
 	// Routing state owned by the session goroutine.
 	classifier *classify.Classifier
-	stream     *link  // a routed batch still open (ended by Flush): its messages follow
-	deferred   string // a plain BEGIN answered locally, not yet sent to a server
+	stream     *link    // a routed batch still open (ended by Flush): its messages follow
+	streamUnit unitInfo // what the router knew of that unit
+	deferred   string   // a plain BEGIN answered locally, not yet sent to a server
 
 	mu       sync.Mutex
 	cond     *sync.Cond       // on mu: signalled at ReadyForQuery, link failure and kill

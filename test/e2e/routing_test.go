@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
@@ -538,5 +539,78 @@ func TestPgbenchReadOnlyOnReplicas(t *testing.T) {
 		})
 		t.Logf("pgbench -S -M %s: %d transactions, 0 failed, %.0f tps; replica commits +%d, primary +%d",
 			mode, res.processed, res.tps, onReplicas, commits(cl.Primary)-before[cl.Primary.Name])
+	}
+}
+
+// TestFlushedPipelineWriteIsReadBack: a write sent in a pipeline that is
+// flushed before its Sync (the unit is routed at the Flush) still updates
+// the session's token, so the read that follows never hits a replica that
+// has not replayed it.
+func TestFlushedPipelineWriteIsReadBack(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 30*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	c := connect(t, ctx, px.AppDSN())
+	tbl := uniqueIdent("flushed")
+	setup := connect(t, ctx, px.AppDSN())
+	if _, err := setup.Exec(ctx, "create table "+tbl+" (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { setup.Exec(context.Background(), "drop table if exists "+tbl) })
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range cl.Standbys {
+		if err := s.PauseReplay(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range cl.Standbys {
+			s.ResumeReplay(context.Background())
+		}
+		cl.WaitReplicated(context.Background())
+	})
+	p := c.PgConn().StartPipeline(ctx)
+	p.SendQueryParams("insert into "+tbl+" values (1)", nil, nil, nil, nil)
+	p.SendFlushRequest() // a protocol Flush: the proxy routes the unit before its Sync
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.GetResults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rr, ok := res.(*pgconn.ResultReader); !ok {
+		t.Fatalf("first pipeline result %T", res)
+	} else if _, err := rr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		res, err := p.GetResults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rr, ok := res.(*pgconn.ResultReader); ok {
+			if _, err := rr.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, ok := res.(*pgconn.PipelineSync); ok {
+			break
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var n, port int
+	if err := c.QueryRow(ctx, "select count(*), inet_server_port() from "+tbl).Scan(&n, &port); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || port != cl.Primary.Port {
+		t.Fatalf("read after a flushed pipeline write: %d rows on %d, want 1 row on the primary (replicas paused)", n, port)
 	}
 }
