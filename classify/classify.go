@@ -131,6 +131,9 @@ type Statement struct {
 	// ParamsWrite: with EffectExecute, a parameter expression of EXECUTE
 	// itself calls a write function (EXECUTE p(nextval('s'))).
 	ParamsWrite bool
+	// CopyIn is COPY ... FROM STDIN: the server then takes only copy
+	// messages until the client's CopyDone or CopyFail.
+	CopyIn bool
 	// Funcs lists the functions the statement calls that are in no
 	// built-in list nor in the configured ones, as PostgreSQL folds them
 	// (lower case unless quoted), unqualified, sorted and deduplicated, so

@@ -33,6 +33,7 @@ import (
 //	[I.]name=P            PrepareName
 //	[I.]inner=read|write  Inner's kind; [I.]inner.effect=…, [I.]inner.funcs=a,b
 //	[I.]params_write
+//	[I.]copy_in           COPY ... FROM STDIN
 //	[I.]funcs=a,b         statement I's Funcs; the decision's are their union when it is a read
 //	hint.primary hint.replica hint.stale-ok hint.strict-fresh hint.class=X
 //	hint.min_lsn=X hint.unknown=a,b hint.found (a hint comment without words)
@@ -253,6 +254,8 @@ func expected(e corpusEntry) (d Decision, hintFound bool, opts string, err error
 			st.Inner.Funcs = strings.Split(k.val, ",")
 		case "params_write":
 			st.ParamsWrite = true
+		case "copy_in":
+			st.CopyIn = true
 		case "funcs":
 			st.Funcs = strings.Split(k.val, ",")
 		default:
@@ -355,8 +358,8 @@ func describe(d Decision) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s/%s control=%v funcs=%v hints=%+v\n", d.Kind, d.Reason, d.Control, d.Funcs, d.Hints)
 	for i, st := range d.Statements {
-		fmt.Fprintf(&b, "  [%d] %s/%s tx=%s chain=%v effect=%s setting=%+v more=%+v name=%q params_write=%v funcs=%v",
-			i, st.Kind, st.Reason, st.Tx, st.Chain, st.Effect, st.Setting, st.MoreSettings, st.PrepareName, st.ParamsWrite, st.Funcs)
+		fmt.Fprintf(&b, "  [%d] %s/%s tx=%s chain=%v effect=%s setting=%+v more=%+v name=%q params_write=%v copy_in=%v funcs=%v",
+			i, st.Kind, st.Reason, st.Tx, st.Chain, st.Effect, st.Setting, st.MoreSettings, st.PrepareName, st.ParamsWrite, st.CopyIn, st.Funcs)
 		if st.Inner != nil {
 			fmt.Fprintf(&b, " inner={%s/%s effect=%s funcs=%v}", st.Inner.Kind, st.Inner.Reason, st.Inner.Effect, st.Inner.Funcs)
 		}

@@ -96,7 +96,11 @@ func (c *Classifier) statement(n *pg.Node) Statement {
 	case *pg.Node_CreateTableAsStmt: // CREATE TABLE AS, SELECT INTO's analysed form, CREATE MATERIALIZED VIEW
 		return c.executed(write(), s.CreateTableAsStmt)
 	case *pg.Node_CopyStmt:
-		return c.executed(write(), s.CopyStmt)
+		st := c.executed(write(), s.CopyStmt)
+		// COPY ... FROM STDIN puts the connection in copy-in mode, where
+		// the server accepts nothing but copy messages until CopyDone.
+		st.CopyIn = s.CopyStmt.IsFrom && s.CopyStmt.Filename == "" && !s.CopyStmt.IsProgram
+		return st
 	case *pg.Node_CallStmt:
 		return c.executed(write(), s.CallStmt)
 	case *pg.Node_DoStmt:

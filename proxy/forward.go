@@ -334,6 +334,18 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		}
 	}
 
+	if ss.captureDebt {
+		// The unit before was COPY FROM STDIN: read the position it left
+		// now that the copy is over (one round trip, after COPY only).
+		ss.captureDebt = false
+		ss.waitIdle()
+		if l := ss.primary; !l.dead && ss.injectCapture(l, captureWrite) == nil {
+			if err := l.conn.W.Flush(); err != nil {
+				return nil, errServerGone
+			}
+		}
+	}
+
 	// The read's query class and the rollout decide whether it may leave
 	// the primary at all (SPEC §6).
 	fallback := ss.route.ReadRouting.FallbackPolicy
@@ -544,6 +556,12 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 	if open || !ss.freshnessOn() {
 		return nil
 	}
+	if u.copyIn {
+		// Nothing but copy messages may follow COPY FROM STDIN: the
+		// position is read before the session's next unit instead.
+		ss.captureDebt = true
+		return nil
+	}
 	ss.mu.Lock()
 	inTx := ss.tx != 'I' && !u.txEnd
 	ss.mu.Unlock()
@@ -713,6 +731,11 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 			stRead, stReason = false, reasonWrite
 		case classify.TxEnd:
 			u.txEnd = true
+		}
+		if st.CopyIn {
+			u.copyIn = true
+		}
+		switch st.Tx {
 		case classify.TxBeginReadOnly:
 			if first && i == 0 {
 				u.txStart = true

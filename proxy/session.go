@@ -44,10 +44,11 @@ type session struct {
 	enc []byte // scratch for encoding messages, under wmu
 
 	// Routing state owned by the session goroutine.
-	classifier *classify.Classifier
-	stream     *link    // a routed batch still open (ended by Flush): its messages follow
-	streamUnit unitInfo // what the router knew of that unit
-	deferred   string   // a plain BEGIN answered locally, not yet sent to a server
+	classifier  *classify.Classifier
+	stream      *link    // a routed batch still open (ended by Flush): its messages follow
+	streamUnit  unitInfo // what the router knew of that unit
+	captureDebt bool     // a COPY FROM STDIN unit still owes its position query
+	deferred    string   // a plain BEGIN answered locally, not yet sent to a server
 
 	mu       sync.Mutex
 	cond     *sync.Cond       // on mu: signalled at ReadyForQuery, link failure and kill

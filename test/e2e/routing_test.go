@@ -614,3 +614,45 @@ func TestFlushedPipelineWriteIsReadBack(t *testing.T) {
 		t.Fatalf("read after a flushed pipeline write: %d rows on %d, want 1 row on the primary (replicas paused)", n, port)
 	}
 }
+
+// TestCopyFromStdinWithRouting: COPY FROM STDIN through a routing proxy
+// works (nothing but copy messages reaches the server during the copy) and
+// the copied rows are read back from a server that has them.
+func TestCopyFromStdinWithRouting(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 30*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	c := connect(t, ctx, px.AppDSN())
+	tbl := uniqueIdent("copied")
+	setup := connect(t, ctx, px.AppDSN())
+	if _, err := setup.Exec(ctx, "create table "+tbl+" (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { setup.Exec(context.Background(), "drop table if exists "+tbl) })
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range cl.Standbys {
+		if err := s.PauseReplay(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range cl.Standbys {
+			s.ResumeReplay(context.Background())
+		}
+		cl.WaitReplicated(context.Background())
+	})
+	n, err := c.CopyFrom(ctx, pgx.Identifier{tbl}, []string{"id"},
+		pgx.CopyFromSlice(500, func(i int) ([]any, error) { return []any{i}, nil }))
+	if err != nil || n != 500 {
+		t.Fatalf("COPY FROM STDIN through the proxy: %d, %v", n, err)
+	}
+	var got, port int
+	if err := c.QueryRow(ctx, "select count(*), inet_server_port() from "+tbl).Scan(&got, &port); err != nil {
+		t.Fatal(err)
+	}
+	if got != 500 || port != cl.Primary.Port {
+		t.Fatalf("read after COPY: %d rows on %d, want 500 on the primary (replicas paused)", got, port)
+	}
+}
