@@ -607,7 +607,7 @@ func countSyncs(b *batch) int {
 // sessionInfoLocked snapshots what decide needs. Callers hold ss.mu.
 func (ss *session) sessionInfoLocked() sessionInfo {
 	s := sessionInfo{
-		mode:     ss.route.ReadRouting.ReadRoutingMode,
+		mode:     ss.routingMode(),
 		fallback: ss.route.ReadRouting.FallbackPolicy,
 		inTx:     ss.tx != 'I' && ss.deferred == "",
 		pinned:   ss.pinned,
@@ -649,7 +649,7 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 		u.read, u.reason = false, reasonUnclassified
 	}
 	local := map[string]string{} // statements parsed in this batch
-	routingOff := ss.route.ReadRouting.ReadRoutingMode == config.RoutingOff
+	routingOff := ss.routingMode() == config.RoutingOff
 	use := func(query string) {
 		if routingOff {
 			// Every unit goes to the primary: nothing to classify (the

@@ -35,7 +35,17 @@ const replayQuery = "SELECT pg_catalog.pg_last_wal_replay_lsn(), " +
 // freshnessOn reports whether the session's route routes reads, so WAL
 // positions matter. With routing off no position is ever read.
 func (ss *session) freshnessOn() bool {
-	return ss.route.ReadRouting.ReadRoutingMode != config.RoutingOff && len(ss.route.Replicas) > 0
+	return ss.routingMode() != config.RoutingOff && len(ss.route.Replicas) > 0
+}
+
+// routingMode is the route's read_routing_mode, except that a replication
+// connection (walsender, COPY BOTH) is never routed: it talks to the
+// primary only and the proxy adds nothing to it.
+func (ss *session) routingMode() string {
+	if _, repl := ss.startupParams["replication"]; repl {
+		return config.RoutingOff
+	}
+	return ss.route.ReadRouting.ReadRoutingMode
 }
 
 // injectCapture queues a WAL position query on l after the client's unit,

@@ -81,7 +81,7 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 		return true, ss.setKinetic(st.Setting)
 	}
 	ss.mu.Lock()
-	canDefer := ss.tx == 'I' && ss.pinned == "" && ss.route.ReadRouting.ReadRoutingMode != config.RoutingOff
+	canDefer := ss.tx == 'I' && ss.pinned == "" && ss.routingMode() != config.RoutingOff
 	ss.mu.Unlock()
 	switch {
 	case st.Tx == classify.TxBegin && canDefer && !d.Hints.Primary:

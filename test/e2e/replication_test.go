@@ -18,7 +18,19 @@ import (
 // connection, and CopyBothResponse/CopyData/CopyDone relay both ways.
 func TestReplicationConnectionCopyBoth(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := kinetictest.Start(t, cl, kinetictest.Params{Extra: fmt.Sprintf(`
+	for _, mode := range []string{"off", "prefer_replica"} {
+		// With read routing on, a replication connection is still never
+		// routed: nothing of the proxy's may enter its COPY BOTH stream.
+		t.Run("routing_"+mode, func(t *testing.T) { replicationCopyBoth(t, cl, mode) })
+	}
+}
+
+func replicationCopyBoth(t *testing.T, cl *pgtest.Cluster, mode string) {
+	var reps []string
+	for _, s := range cl.Standbys {
+		reps = append(reps, s.Addr())
+	}
+	px := kinetictest.Start(t, cl, kinetictest.Params{ReadRoutingMode: mode, Replicas: reps, Extra: fmt.Sprintf(`
 [[users]]
 name = %q
 password = %q
