@@ -551,26 +551,7 @@ func TestFlushedPipelineWriteIsReadBack(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	px := routedProxy(t, cl, kinetictest.Params{})
 	c := connect(t, ctx, px.AppDSN())
-	tbl := uniqueIdent("flushed")
-	setup := connect(t, ctx, px.AppDSN())
-	if _, err := setup.Exec(ctx, "create table "+tbl+" (id int)"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { setup.Exec(context.Background(), "drop table if exists "+tbl) })
-	if err := cl.WaitReplicated(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range cl.Standbys {
-		if err := s.PauseReplay(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, s := range cl.Standbys {
-			s.ResumeReplay(context.Background())
-		}
-		cl.WaitReplicated(context.Background())
-	})
+	tbl := tableOnPausedReplicas(t, ctx, cl, px, "flushed")
 	p := c.PgConn().StartPipeline(ctx)
 	p.SendQueryParams("insert into "+tbl+" values (1)", nil, nil, nil, nil)
 	p.SendFlushRequest() // a protocol Flush: the proxy routes the unit before its Sync
@@ -623,7 +604,28 @@ func TestCopyFromStdinWithRouting(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	px := routedProxy(t, cl, kinetictest.Params{})
 	c := connect(t, ctx, px.AppDSN())
-	tbl := uniqueIdent("copied")
+	tbl := tableOnPausedReplicas(t, ctx, cl, px, "copied")
+	n, err := c.CopyFrom(ctx, pgx.Identifier{tbl}, []string{"id"},
+		pgx.CopyFromSlice(500, func(i int) ([]any, error) { return []any{i}, nil }))
+	if err != nil || n != 500 {
+		t.Fatalf("COPY FROM STDIN through the proxy: %d, %v", n, err)
+	}
+	var got, port int
+	if err := c.QueryRow(ctx, "select count(*), inet_server_port() from "+tbl).Scan(&got, &port); err != nil {
+		t.Fatal(err)
+	}
+	if got != 500 || port != cl.Primary.Port {
+		t.Fatalf("read after COPY: %d rows on %d, want 500 on the primary (replicas paused)", got, port)
+	}
+}
+
+// tableOnPausedReplicas creates a table through the proxy (another session),
+// waits until every standby has it, then pauses replay on all of them (and
+// resumes and waits at cleanup): what is written next exists only on the
+// primary.
+func tableOnPausedReplicas(t *testing.T, ctx context.Context, cl *pgtest.Cluster, px *kinetictest.Proxy, prefix string) string {
+	t.Helper()
+	tbl := uniqueIdent(prefix)
 	setup := connect(t, ctx, px.AppDSN())
 	if _, err := setup.Exec(ctx, "create table "+tbl+" (id int)"); err != nil {
 		t.Fatal(err)
@@ -643,16 +645,5 @@ func TestCopyFromStdinWithRouting(t *testing.T) {
 		}
 		cl.WaitReplicated(context.Background())
 	})
-	n, err := c.CopyFrom(ctx, pgx.Identifier{tbl}, []string{"id"},
-		pgx.CopyFromSlice(500, func(i int) ([]any, error) { return []any{i}, nil }))
-	if err != nil || n != 500 {
-		t.Fatalf("COPY FROM STDIN through the proxy: %d, %v", n, err)
-	}
-	var got, port int
-	if err := c.QueryRow(ctx, "select count(*), inet_server_port() from "+tbl).Scan(&got, &port); err != nil {
-		t.Fatal(err)
-	}
-	if got != 500 || port != cl.Primary.Port {
-		t.Fatalf("read after COPY: %d rows on %d, want 500 on the primary (replicas paused)", got, port)
-	}
+	return tbl
 }
