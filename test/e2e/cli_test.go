@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,20 +26,7 @@ func runKineticd(t *testing.T, args ...string) psqlResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, kinetictest.Binary(t), args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	res := psqlResult{stdout: out.String(), stderr: errb.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		res.code = ee.ExitCode()
-	default:
-		t.Fatalf("kineticd %q: %v", args, err)
-	}
-	return res
+	return runCommand(t, exec.CommandContext(ctx, kinetictest.Binary(t), args...))
 }
 
 // lineOf returns the 1-based number of the first line of text that

@@ -68,6 +68,17 @@ func runClient(t *testing.T, ctx context.Context, env []string, stdin io.Reader,
 	cmd.Env = env
 	cmd.Stdin = stdin
 	cmd.WaitDelay = 5 * time.Second
+	res := runCommand(t, cmd)
+	if ctx.Err() != nil {
+		t.Fatalf("%s %q did not finish in time: %v\n%s", prog, args, ctx.Err(), res)
+	}
+	return res
+}
+
+// runCommand runs cmd to completion and captures its output and exit
+// code; a failure to start it fails the test.
+func runCommand(t *testing.T, cmd *exec.Cmd) psqlResult {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -78,10 +89,7 @@ func runClient(t *testing.T, ctx context.Context, env []string, stdin io.Reader,
 	case errors.As(err, &ee):
 		res.code = ee.ExitCode()
 	default:
-		t.Fatalf("%s %q: %v", prog, args, err)
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("%s %q did not finish in time: %v\n%s", prog, args, ctx.Err(), res)
+		t.Fatalf("%s: %v", cmd.Args, err)
 	}
 	return res
 }
