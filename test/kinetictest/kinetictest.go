@@ -34,6 +34,7 @@ import (
 type Params struct {
 	Listen          string // default 127.0.0.1:0 (in-process) or a free port
 	PoolSize        int    // default 4
+	PoolMode        string // default session
 	AcquireTimeout  int    // ms, default 2000
 	MaxClientConn   int    // default 100
 	ShutdownTimeout int    // ms, default 5000
@@ -54,6 +55,7 @@ type Params struct {
 const tmpl = `# rendered by kinetictest
 [server]
 listen = "{{.Listen}}"
+pool_mode = "{{.PoolMode}}"
 max_client_conn = {{.MaxClientConn}}
 shutdown_timeout_ms = {{.ShutdownTimeout}}
 tls_mode = "{{.TLSMode}}"
@@ -108,6 +110,9 @@ func TOML(c *pgtest.Cluster, p Params) string {
 	}
 	if p.PoolSize == 0 {
 		p.PoolSize = 4
+	}
+	if p.PoolMode == "" {
+		p.PoolMode = "session"
 	}
 	if p.AcquireTimeout == 0 {
 		p.AcquireTimeout = 2000
