@@ -39,6 +39,10 @@ type Options struct {
 	// Standbys is the number of streaming hot standbys; 0 means 2 and a
 	// negative number means none.
 	Standbys int
+	// Conf, when set, is appended to every server's postgresql.conf after
+	// the harness's own settings (standbys inherit it), so it can override
+	// them, e.g. "max_connections = 600" for a benchmark with many clients.
+	Conf string
 }
 
 // Cluster is a primary and its standbys, all in Dir.
@@ -48,6 +52,7 @@ type Cluster struct {
 	Dir      string
 
 	run     runner
+	conf    string    // Options.Conf
 	servers []*Server // every server ever part of the cluster, for Close
 	closed  bool
 }
@@ -80,7 +85,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
-	c := &Cluster{Dir: dir}
+	c := &Cluster{Dir: dir, conf: opts.Conf}
 	defer func() {
 		if err != nil {
 			if cerr := c.Close(); cerr != nil {
@@ -148,7 +153,7 @@ func (c *Cluster) initPrimary(ctx context.Context) error {
 		"--auth-local=trust", "--auth-host=trust", "--encoding=UTF8", "--locale=C", "--no-instructions"); err != nil {
 		return err
 	}
-	if err := appendFile(filepath.Join(p.DataDir, "postgresql.conf"), serverConf(c.Dir)); err != nil {
+	if err := appendFile(filepath.Join(p.DataDir, "postgresql.conf"), serverConf(c.Dir)+extraConf(c.conf)); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(p.DataDir, "pg_hba.conf"), []byte(hbaConf), 0o600); err != nil {
@@ -199,6 +204,14 @@ logging_collector = off
 # A standby whose primary restarts reconnects within this, not the default 5s.
 wal_retrieve_retry_interval = '200ms'
 `, quote(socketDir))
+}
+
+// extraConf frames Options.Conf for postgresql.conf ("" when unset).
+func extraConf(conf string) string {
+	if conf == "" {
+		return ""
+	}
+	return "\n# pgtest Options.Conf\n" + strings.TrimRight(conf, "\n") + "\n"
 }
 
 const hbaConf = `# pgtest
