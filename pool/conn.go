@@ -33,6 +33,11 @@ type Conn struct {
 	R *bufio.Reader
 	W *bufio.Writer
 
+	// State is the holder's record of what the server session carries
+	// (prepared statements, settings) for transaction pooling, where it
+	// outlives one holder. The pool never reads it; a reset clears it.
+	State any
+
 	raw      net.Conn
 	pool     *Pool
 	idleFrom time.Time

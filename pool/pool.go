@@ -28,6 +28,10 @@ type Options struct {
 	// ResetQuery runs on Release before a connection is reused.
 	// Default "DISCARD ALL".
 	ResetQuery string
+	// NoReset skips ResetQuery on Release (transaction pooling: the
+	// holder tracks what each connection carries in Conn.State and brings
+	// it in line on the next use). ReleaseReset still resets.
+	NoReset bool
 }
 
 // Stats is a point-in-time view of a pool.
@@ -69,6 +73,12 @@ func (p *Pool) Key() Key { return p.key }
 // Acquire returns an idle connection or dials a new one, waiting for a free
 // slot when Size connections exist.
 func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
+	// Fast path: a free slot, no timer.
+	select {
+	case p.slots <- struct{}{}:
+		return p.take(ctx)
+	default:
+	}
 	if p.opts.AcquireTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, p.opts.AcquireTimeout, ErrPoolTimeout)
@@ -94,6 +104,13 @@ func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
 	}
 	p.mu.Lock()
 	p.waiting--
+	p.mu.Unlock()
+	return p.take(ctx)
+}
+
+// take hands out an idle connection or dials one; the caller holds a slot.
+func (p *Pool) take(ctx context.Context) (*Conn, error) {
+	p.mu.Lock()
 	for len(p.idle) > 0 {
 		c := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
@@ -125,13 +142,25 @@ func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
 	return c, nil
 }
 
-// Release resets c and makes it available again; a broken connection, or
-// one whose reset fails, is closed instead.
+// Release makes c available again, after ResetQuery unless the pool has
+// NoReset; a broken connection, or one whose reset fails, is closed
+// instead.
 func (p *Pool) Release(c *Conn) {
+	if p.opts.NoReset {
+		p.put(c)
+		return
+	}
+	p.ReleaseReset(c)
+}
+
+// ReleaseReset runs ResetQuery on c (which forgets Conn.State) and makes it
+// available again, whatever NoReset says.
+func (p *Pool) ReleaseReset(c *Conn) {
 	if !c.broken {
 		if err := c.Exec(p.opts.ResetQuery, nil); err != nil {
 			c.broken = true
 		}
+		c.State = nil
 	}
 	p.put(c)
 }
@@ -216,7 +245,7 @@ func sameOptions(a, b Options) bool {
 	if b.Size < 1 {
 		b.Size = 1
 	}
-	if a.Size != b.Size || a.AcquireTimeout != b.AcquireTimeout || a.ResetQuery != b.ResetQuery || a.Dialer != b.Dialer {
+	if a.Size != b.Size || a.AcquireTimeout != b.AcquireTimeout || a.ResetQuery != b.ResetQuery || a.NoReset != b.NoReset || a.Dialer != b.Dialer {
 		return false
 	}
 	ca, cb := a.Credentials, b.Credentials

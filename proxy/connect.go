@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -32,19 +34,26 @@ func (ss *session) connect() error {
 		return fatalf(codeInvalidCatalogName, "database %q does not exist", ss.database)
 	}
 	ss.route = route
+	_, repl := ss.startupParams["replication"]
+	ss.txPool = ss.cfg.Server.PoolMode == config.PoolModeTransaction && !repl
 	d := decideSessionServer(route)
 	srv, p, err := ss.acquire(d.addr)
 	if err != nil {
 		return err
 	}
-	if q := settingsQuery(ss.startup); q != "" {
+	ss.settingsKey = settingsQuery(ss.startup)
+	st := stateOf(srv)
+	if st.settings != ss.settingsKey {
+		q := ss.settingsKey
+		if st.settings != "" {
+			q = "RESET ALL; " + q
+		}
 		if err := srv.Exec(q, nil); err != nil {
-			ss.releaseServer(srv, p, true)
+			ss.releaseServer(srv, p, false)
 			return err
 		}
+		st.settings = ss.settingsKey
 	}
-	ss.primary = newLink(srv, p, false)
-	ss.settingsGen, ss.primary.settingsGen = 1, 1
 	ss.replicas = map[string]*link{}
 	ss.stmts = map[string]stmtInfo{}
 	ss.sqlPrepared = map[string]sqlPrep{}
@@ -55,20 +64,36 @@ func (ss *session) connect() error {
 	if ss.classifier == nil {
 		ss.classifier = classify.New(classify.Options{})
 	}
-	ss.key = ss.srv.registerCancelKey(ss, srv.PID)
+	// The client is told the parameters of a server running its settings.
+	params := make(map[string]string, len(srv.Params))
+	for k, v := range srv.Params {
+		params[k] = v
+	}
+	pid := srv.PID
+	if ss.txPool {
+		// Transaction pooling binds no server at login: the connection
+		// that answered goes back to the pool (keeping the client's
+		// settings, which the next unit is likely to want), and the
+		// client's process ID is the proxy's own (PgBouncer does the same).
+		ss.releaseServer(srv, p, true)
+		pid = proxyPID()
+	} else {
+		ss.primary = newLink(srv, p, false, false)
+	}
+	ss.key = ss.srv.registerCancelKey(ss, pid)
 
 	msgs := make([]interface{ Encode([]byte) ([]byte, error) }, 0, 24)
 	if ss.authFinal != nil {
 		msgs = append(msgs, ss.authFinal)
 	}
 	msgs = append(msgs, &pgproto3.AuthenticationOk{})
-	names := make([]string, 0, len(srv.Params))
-	for k := range srv.Params {
+	names := make([]string, 0, len(params))
+	for k := range params {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		msgs = append(msgs, &pgproto3.ParameterStatus{Name: k, Value: srv.Params[k]})
+		msgs = append(msgs, &pgproto3.ParameterStatus{Name: k, Value: params[k]})
 	}
 	var secret [4]byte
 	secret[0], secret[1], secret[2], secret[3] = byte(ss.key.secret>>24), byte(ss.key.secret>>16), byte(ss.key.secret>>8), byte(ss.key.secret)
@@ -80,8 +105,17 @@ func (ss *session) connect() error {
 		}
 	}
 	ss.log.Debug("session started", zap.String("user", ss.user), zap.String("database", ss.database),
-		zap.String("route", route.Name), zap.String("server", srv.Addr), zap.Uint32("server_pid", srv.PID))
+		zap.String("route", route.Name), zap.String("server", srv.Addr), zap.Bool("transaction_pooling", ss.txPool))
 	return nil
+}
+
+// proxyPID is a process ID for BackendKeyData when no server process is
+// bound to the session (transaction pooling): positive, and above the
+// usual PID range so it is not mistaken for a server's.
+func proxyPID() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return 1<<30 | binary.BigEndian.Uint32(b[:])&(1<<30-1)
 }
 
 // acquire gets a server connection to addr for this session's user and
@@ -104,6 +138,7 @@ func (ss *session) acquire(addr string) (*pool.Conn, *pool.Pool, error) {
 		Size:           ss.route.Pool.Size,
 		AcquireTimeout: ss.route.Pool.AcquireTimeout(),
 		Credentials:    cred,
+		NoReset:        ss.txPool,
 		Dialer:         dialer,
 	})
 	if err != nil {
@@ -138,10 +173,15 @@ func (ss *session) connectError(addr string, err error) error {
 
 // releaseServer returns a server connection: reset and pooled when clean,
 // closed otherwise (and always for dedicated replication connections).
+// In transaction pooling a clean connection goes back without a reset,
+// except from a pinned session (its temporary tables, LISTENs and locks
+// must not outlive it).
 func (ss *session) releaseServer(c *pool.Conn, p *pool.Pool, clean bool) {
 	switch {
 	case p == nil:
 		c.Close()
+	case clean && ss.txPool && ss.pinnedReason() != "":
+		p.ReleaseReset(c)
 	case clean:
 		p.Release(c)
 	default:
@@ -159,10 +199,14 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 func (ss *session) primaryLink() (*link, error) {
 	ss.mu.Lock()
 	l := ss.primary
-	ss.mu.Unlock()
-	if !l.dead {
+	if l.claimLocked() {
+		ss.mu.Unlock()
 		return l, nil
 	}
+	if l != nil && l.released {
+		l = nil // back in its pool: nothing of it is ours to stop
+	}
+	ss.mu.Unlock()
 	c, p, err := ss.acquire(ss.route.Primary.Address)
 	if err != nil {
 		// The session survives (its reads go on); this unit fails.
@@ -170,15 +214,19 @@ func (ss *session) primaryLink() (*link, error) {
 			message: "pg-kinetic: the primary of route " + quoteIdent(ss.route.Name) + " is unavailable",
 			detail:  err.Error()}
 	}
-	ss.detach(l, false)
-	nl := newLink(c, p, false)
+	if l != nil {
+		ss.detach(l, false)
+	}
+	nl := newLink(c, p, false, true)
 	ss.mu.Lock()
-	if ss.cur == l {
+	if l != nil && ss.cur == l {
 		ss.cur = nil
 	}
 	ss.primary = nl
 	ss.mu.Unlock()
 	ss.attach(nl)
-	ss.log.Info("reconnected to the primary", zap.String("server", nl.addr), zap.Uint32("server_pid", c.PID))
+	if l != nil {
+		ss.log.Info("reconnected to the primary", zap.String("server", nl.addr), zap.Uint32("server_pid", c.PID))
+	}
 	return nl, nil
 }

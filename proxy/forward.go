@@ -87,7 +87,9 @@ func (b *batch) reset() {
 // depends on fails, or the session is killed; then it returns each server
 // connection to its pool when provably idle, and closes it otherwise.
 func (ss *session) serve() {
-	ss.attach(ss.primary)
+	if ss.primary != nil {
+		ss.attach(ss.primary)
+	}
 	atBoundary, err := ss.clientToServer()
 	var ce *clientError
 	if errors.As(err, &ce) {
@@ -95,7 +97,10 @@ func (ss *session) serve() {
 		ss.kill(ce)
 	}
 	ss.mu.Lock()
-	links := []*link{ss.primary}
+	var links []*link
+	if ss.primary != nil {
+		links = append(links, ss.primary)
+	}
 	for _, l := range ss.replicas {
 		links = append(links, l)
 	}
@@ -208,6 +213,7 @@ func (ss *session) endStream(l *link, typ byte) error {
 		return nil
 	}
 	ss.stream = nil
+	defer ss.unclaim(l) // claimed by routeBatch for the whole open unit
 	if err := ss.afterUnit(l, ss.streamUnit, false); err != nil {
 		return err
 	}
@@ -235,8 +241,16 @@ func (ss *session) curLink() *link {
 }
 
 // forwardStreamed relays one message of an already routed unit, reading
-// small bodies for statement bookkeeping and streaming large ones.
+// small bodies for statement bookkeeping and streaming large ones. With no
+// server (copy messages outside a copy in transaction pooling) the message
+// is dropped, as PostgreSQL ignores copy messages outside copy mode.
 func (ss *session) forwardStreamed(l *link, h wire.Header) error {
+	if l == nil {
+		if err := wire.Discard(ss.r, h.Len); err != nil {
+			return errClientGone{err}
+		}
+		return nil
+	}
 	if h.Len <= maxBatchBytes && h.Type != 'd' {
 		body, err := wire.ReadBody(ss.r, h.Len, nil)
 		if err != nil {
@@ -282,6 +296,9 @@ func (ss *session) count(l *link, typ byte) {
 		ss.unsynced = true
 	}
 	ss.cur = l
+	if l.parked {
+		ss.cond.Broadcast() // its reader waits at an idle point: more is coming
+	}
 }
 
 // write forwards a batch's messages to l, preceded by whatever l needs to
@@ -339,8 +356,12 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		// now that the copy is over (one round trip, after COPY only).
 		ss.captureDebt = false
 		ss.waitIdle()
-		if l := ss.primary; !l.dead && ss.injectCapture(l, captureWrite) == nil {
-			if err := l.conn.W.Flush(); err != nil {
+		if l, err := ss.primaryLink(); err == nil {
+			if ss.injectCapture(l, captureWrite) == nil {
+				err = l.conn.W.Flush()
+			}
+			ss.unclaim(l)
+			if err != nil {
 				return nil, errServerGone
 			}
 		}
@@ -481,6 +502,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			}
 		}
 		if err := ss.prepareLink(l, decisions); err != nil {
+			ss.unclaim(l)
 			return nil, err
 		}
 		ss.recordRoute(d, decisions)
@@ -495,14 +517,18 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			ss.mu.Unlock()
 		}
 		if !retryable {
-			if err := ss.buffer(l, b); err != nil {
-				return nil, err
+			err := ss.buffer(l, b)
+			if err == nil {
+				err = ss.afterUnit(l, u, open)
 			}
-			if err := ss.afterUnit(l, u, open); err != nil {
-				return nil, err
+			if err == nil && l.conn.W.Flush() != nil {
+				err = errServerGone
 			}
-			if err := l.conn.W.Flush(); err != nil {
-				return nil, errServerGone
+			if !open || err != nil {
+				ss.unclaim(l) // an open unit keeps its claim until endStream
+			}
+			if err != nil {
+				return nil, err
 			}
 			return l, nil
 		}
@@ -519,6 +545,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		if err == nil && l.conn.W.Flush() != nil {
 			err = errServerGone
 		}
+		ss.unclaim(l)
 		if err != nil && !errors.Is(err, errServerGone) {
 			return nil, err
 		}
@@ -829,24 +856,34 @@ func (ss *session) recordRoute(d decision, ds []*classified) {
 // injected (its responses never reach the client).
 func (ss *session) prepareLink(l *link, ds []*classified) error {
 	ss.mu.Lock()
-	gen, dgen := ss.settingsGen, ss.discardGen
+	key, dgen := ss.settingsKey, ss.discardGen
+	st := l.st
+	// The session's DEALLOCATE ALL reaches every server it uses; one that
+	// holds none of its statements only needs to be marked.
+	discard := dgen > 0 && (st.discardOwner != ss.id || st.discardGen != dgen)
+	held := len(st.prepared) > 0 || len(st.sqlPrepared) > 0 || st.unnamed != ""
+	resync := st.settings != key
 	ss.mu.Unlock()
-	if l.discardGen != dgen {
-		if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE ALL"}, 'Z'); err != nil {
-			return errServerGone
+	if discard {
+		if held {
+			if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE ALL"}, 'Z'); err != nil {
+				return errServerGone
+			}
+			st.forgetStatements()
 		}
-		l.prepared, l.sqlPrepared, l.unnamed = map[string]string{}, map[string]string{}, ""
-		l.discardGen = dgen
+		st.discardOwner, st.discardGen = ss.id, dgen
 	}
-	if l.settingsGen != gen {
+	if resync {
 		q := "RESET ALL"
-		if s := settingsQuery(ss.effectiveSettings()); s != "" {
-			q += "; " + s
+		if key != "" {
+			q += "; " + key
 		}
 		if err := ss.inject(l, &pgproto3.Query{String: q}, 'Z'); err != nil {
 			return errServerGone
 		}
-		l.settingsGen = gen
+		ss.mu.Lock()
+		st.settings = key
+		ss.mu.Unlock()
 	}
 	for _, d := range ds {
 		if err := ss.ensureSQLPrepared(l, &d.Decision); err != nil {
@@ -888,17 +925,19 @@ func (ss *session) unitEnded() {
 				ss.sqlPrepared = map[string]sqlPrep{}
 				ss.discardGen++
 				if ss.cur != nil {
-					ss.cur.prepared, ss.cur.sqlPrepared, ss.cur.unnamed = map[string]string{}, map[string]string{}, ""
-					ss.cur.discardGen = ss.discardGen
+					ss.cur.st.forgetStatements()
+					ss.cur.st.discardOwner, ss.cur.st.discardGen = ss.id, ss.discardGen
 				}
 			}
 		}
-		ss.settingsGen++
+		ss.settingsKey = settingsQuery(append(slices.Clip(ss.startup), ss.session...))
 		if ss.cur != nil {
-			// The server that ran them has them; with DISCARD ALL it lost
-			// the startup settings too, so it is resynchronised like others.
-			if !hasDiscard(ss.effects) {
-				ss.cur.settingsGen = ss.settingsGen
+			// The server that ran them has them; after DISCARD ALL it is
+			// back at its defaults, without the startup settings too.
+			if hasDiscard(ss.effects) {
+				ss.cur.st.settings = ""
+			} else {
+				ss.cur.st.settings = ss.settingsKey
 			}
 		}
 	}

@@ -64,6 +64,9 @@ func (ss *session) injectCapture(l *link, kind byte) error {
 	l.swallow = append(l.swallow, expect{kind: 'Z', batch: l.batches, capture: kind})
 	l.batches++
 	ss.captures++
+	if l.parked {
+		ss.cond.Broadcast()
+	}
 	ss.mu.Unlock()
 	_, err = l.conn.W.Write(buf)
 	return err // the caller flushes, with the unit it follows
@@ -217,12 +220,21 @@ func (ss *session) strictPosition() (freshness.Token, bool) {
 	ss.mu.Lock()
 	ss.position = freshness.Token{}
 	ss.mu.Unlock()
-	if err := ss.injectCapture(ss.primary, capturePosition); err != nil || ss.primary.conn.W.Flush() != nil {
+	l, err := ss.primaryLink()
+	if err != nil {
+		return freshness.Token{}, false
+	}
+	err = ss.injectCapture(l, capturePosition)
+	if err == nil {
+		err = l.conn.W.Flush()
+	}
+	ss.unclaim(l)
+	if err != nil {
 		return freshness.Token{}, false
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for ss.captures > 0 && !ss.killed && !ss.primary.dead {
+	for ss.captures > 0 && !ss.killed {
 		ss.cond.Wait()
 	}
 	return ss.position, !ss.position.IsZero()
@@ -233,7 +245,8 @@ func (ss *session) strictPosition() (freshness.Token, bool) {
 func (ss *session) waitCaptures() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for ss.captures > 0 && !ss.killed && !ss.primary.dead {
+	// A capture on a link that fails is uncounted by linkFailed.
+	for ss.captures > 0 && !ss.killed {
 		ss.cond.Wait()
 	}
 }

@@ -16,22 +16,19 @@ import (
 	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
-// link is a server connection attached to a session: the primary's for the
-// whole session (session pooling), and one per replica the session has
-// used. Fields other than conn/pool/addr/replica are guarded by session.mu.
+// link is a server connection attached to a session: in session pooling
+// the primary's for the whole session, and one per replica the session
+// has used; in transaction pooling each lasts from the unit that needed it
+// to the next idle point (or, for a pinned session, to the session's end).
+// Fields other than conn/pool/addr/replica/st are guarded by session.mu.
 type link struct {
 	conn    *pool.Conn
 	pool    *pool.Pool // nil for a dedicated (replication) connection
 	addr    string
 	replica bool
-
-	// What this server knows of the session's named state, so it can be
-	// brought in line before a unit runs here (statements.go).
-	prepared    map[string]string // protocol-level statement name -> query text
-	unnamed     string            // text of the unnamed statement, "" if none
-	sqlPrepared map[string]string // SQL PREPARE name -> PREPARE text
-	settingsGen uint64            // generation of session settings applied
-	discardGen  uint64
+	// st is what the server session carries. It lives on the connection,
+	// not the link: in transaction pooling it outlives this session's use.
+	st *serverState
 
 	// swallow lists responses to messages the proxy injected, which the
 	// client must not see, in the order the server sends them.
@@ -44,6 +41,16 @@ type link struct {
 	readerDone chan error
 	dead       bool // the reader ended; the link must not be used
 
+	// Transaction pooling (see releaseIdle): claims counts the session
+	// goroutine's uses in progress (a unit being written, an open stream);
+	// parked is set while the reader waits at an idle point for them to
+	// end; released once the connection went back to its pool; stopping
+	// when detach wants the reader to end.
+	claims   int
+	parked   bool
+	released bool
+	stopping bool
+
 	captured []byte // the DataRow of a WAL position query in progress (reader-owned)
 	held     []byte // messages held back for a retryable read (reader-owned)
 
@@ -51,6 +58,35 @@ type link struct {
 	// byte of its answer (see session.awaiting); atomic so the reader
 	// checks it without the session lock on every message.
 	awaitingFirst atomic.Bool
+}
+
+// serverState is what one server session carries that the proxy must know
+// to run a client's unit there: the statements prepared on it and the
+// settings applied. It is kept in pool.Conn.State; a reset (DISCARD ALL on
+// release in session pooling) forgets it.
+type serverState struct {
+	prepared    map[string]string // protocol-level statement name -> query text
+	unnamed     string            // text of the unnamed statement, "" if none
+	sqlPrepared map[string]string // SQL PREPARE name -> PREPARE text
+	// settings is the settings query (settingsQuery) last applied after a
+	// RESET ALL, "" for the server's defaults.
+	settings string
+	// discardOwner/discardGen: the session and DISCARD ALL generation
+	// whose DEALLOCATE ALL this server has seen (see prepareLink).
+	discardOwner, discardGen uint64
+}
+
+func stateOf(c *pool.Conn) *serverState {
+	if st, ok := c.State.(*serverState); ok {
+		return st
+	}
+	st := &serverState{prepared: map[string]string{}, sqlPrepared: map[string]string{}}
+	c.State = st
+	return st
+}
+
+func (st *serverState) forgetStatements() {
+	st.prepared, st.sqlPrepared, st.unnamed = map[string]string{}, map[string]string{}, ""
 }
 
 // expect is one injected response to drop.
@@ -63,9 +99,14 @@ type expect struct {
 	capture byte
 }
 
-func newLink(c *pool.Conn, p *pool.Pool, replica bool) *link {
-	return &link{conn: c, pool: p, addr: c.Addr, replica: replica,
-		prepared: map[string]string{}, sqlPrepared: map[string]string{}, readerDone: make(chan error, 1)}
+// newLink wraps a connection the session holds; claimed, it starts with
+// one claim (the unit it was acquired for).
+func newLink(c *pool.Conn, p *pool.Pool, replica, claimed bool) *link {
+	l := &link{conn: c, pool: p, addr: c.Addr, replica: replica, st: stateOf(c), readerDone: make(chan error, 1)}
+	if claimed {
+		l.claims = 1
+	}
+	return l
 }
 
 // attach starts the link's reader. The session owns the goroutine and
@@ -77,6 +118,18 @@ func (ss *session) attach(l *link) {
 // detach stops l's reader and returns the connection to its pool when it is
 // provably idle, closing it otherwise.
 func (ss *session) detach(l *link, clientAtBoundary bool) {
+	ss.mu.Lock()
+	if l.released {
+		// Its reader gave the connection back (transaction pooling): it
+		// may already serve another session.
+		ss.mu.Unlock()
+		return
+	}
+	l.stopping = true
+	if l.parked {
+		ss.cond.Broadcast()
+	}
+	ss.mu.Unlock()
 	l.conn.SetReadDeadline(time.Now())
 	rerr := <-l.readerDone
 	l.conn.SetReadDeadline(time.Time{})
@@ -84,6 +137,9 @@ func (ss *session) detach(l *link, clientAtBoundary bool) {
 	busy := l.batches != l.rfqs
 	idle := !busy && (l != ss.cur || ss.idleLocked())
 	ss.mu.Unlock()
+	if errors.Is(rerr, errReleased) {
+		return // already back in its pool
+	}
 	clean := clientAtBoundary && idle && errors.Is(rerr, errInterrupted)
 	if !clean && busy && !errors.Is(rerr, errServerGone) {
 		// The client left mid-query: stop the query instead of letting it
@@ -96,6 +152,10 @@ func (ss *session) detach(l *link, clientAtBoundary bool) {
 // errInterrupted reports that a link's reader was stopped by the session
 // between two messages, leaving the server connection's stream intact.
 var errInterrupted = errors.New("server reader interrupted at a message boundary")
+
+// errReleased reports that a link's reader returned the connection to its
+// pool at an idle point (transaction pooling).
+var errReleased = errors.New("server connection released at an idle point")
 
 // errServerGone reports a failed server connection.
 var errServerGone = errors.New("server connection lost")
@@ -188,6 +248,9 @@ func (ss *session) serverToClient(l *link) error {
 				l.rfqs++
 				l.swallow = l.swallow[1:]
 				ss.mu.Unlock()
+				if ss.txPool && ss.releaseIdle(l) {
+					return errReleased
+				}
 			}
 			if srv.R.Buffered() == 0 {
 				// Client messages relayed before the dropped ones may still
@@ -319,7 +382,72 @@ func (ss *session) serverToClient(l *link) error {
 			ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
 			return errInterrupted
 		}
+		if h.Type == 'Z' && ss.txPool && ss.releaseIdle(l) {
+			return errReleased
+		}
 	}
+}
+
+// releaseIdle is called by l's reader after each ReadyForQuery in
+// transaction pooling. When l owes nothing, serves no open transaction,
+// batch or retryable read, and the session is not pinned to it, the
+// connection goes back to its pool without a reset (its state stays
+// recorded in serverState) and true is returned: the reader ends. While
+// the session goroutine still claims l (it is writing to it), the reader
+// waits here rather than in a socket read, so the claim's end can still
+// release it.
+func (ss *session) releaseIdle(l *link) bool {
+	ss.mu.Lock()
+	for {
+		if l.pool == nil || ss.killed || l.stopping || l.batches != l.rfqs || len(l.swallow) > 0 ||
+			ss.awaiting == l || l == ss.cur && (ss.tx != 'I' || ss.unsynced) || !l.replica && ss.pinned != "" {
+			ss.mu.Unlock()
+			return false
+		}
+		if l.claims == 0 {
+			break
+		}
+		l.parked = true
+		ss.cond.Wait()
+		l.parked = false
+	}
+	l.released = true
+	if ss.primary == l {
+		ss.primary = nil
+	}
+	if ss.replicas[l.addr] == l {
+		delete(ss.replicas, l.addr)
+	}
+	if ss.cur == l {
+		ss.cur = nil
+	}
+	ss.mu.Unlock()
+	l.pool.Release(l.conn)
+	return true
+}
+
+// claim marks l as used by the session goroutine; false when l was
+// released or died meanwhile (the caller gets another connection).
+// Callers hold ss.mu.
+func (l *link) claimLocked() bool {
+	if l == nil || l.released || l.dead {
+		return false
+	}
+	l.claims++
+	return true
+}
+
+// unclaim ends one claim of l, waking its reader if it waits to release.
+func (ss *session) unclaim(l *link) {
+	if l == nil {
+		return
+	}
+	ss.mu.Lock()
+	l.claims--
+	if l.parked {
+		ss.cond.Broadcast()
+	}
+	ss.mu.Unlock()
 }
 
 // isPreamble reports the message types that precede a statement's answer

@@ -216,17 +216,20 @@ func (s *Server) takeFallback(rt *config.Route) (*fallbackSlot, bool) {
 func (ss *session) replicaLink(addr string) (*link, error) {
 	ss.mu.Lock()
 	l := ss.replicas[addr]
+	if l.claimLocked() {
+		ss.mu.Unlock()
+		return l, nil
+	}
 	var gone *link
-	if l != nil && l.dead {
+	if l != nil {
 		delete(ss.replicas, addr)
-		gone, l = l, nil
+		if !l.released {
+			gone = l
+		}
 	}
 	ss.mu.Unlock()
 	if gone != nil {
 		ss.detach(gone, false) // frees its pool slot
-	}
-	if l != nil {
-		return l, nil
 	}
 	buser, bpass := ss.userCfg.Backend()
 	cred := pool.Credentials{User: buser, Password: bpass, Database: ss.route.BackendDB()}
@@ -234,6 +237,7 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 		Size:           ss.route.Pool.Size,
 		AcquireTimeout: ss.route.Pool.AcquireTimeout(),
 		Credentials:    cred,
+		NoReset:        ss.txPool,
 		// A read must not wait long for a replica that does not answer:
 		// the primary or another replica can serve it.
 		Dialer: pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: replicaDialTimeout(ss.route, ss.srv.opts.connectTimeout)},
@@ -251,7 +255,7 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 		return nil, err
 	}
 	ss.srv.backoff.succeeded(addr)
-	l = newLink(c, p, true)
+	l = newLink(c, p, true, true)
 	ss.mu.Lock()
 	ss.replicas[addr] = l
 	ss.mu.Unlock()

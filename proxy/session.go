@@ -43,6 +43,10 @@ type session struct {
 	w   *bufio.Writer
 	enc []byte // scratch for encoding messages, under wmu
 
+	// txPool: transaction pooling; server connections are held per unit
+	// (link.go, releaseIdle), except by a pinned session.
+	txPool bool
+
 	// Routing state owned by the session goroutine.
 	classifier  *classify.Classifier
 	stream      *link    // a routed batch still open (ended by Flush): its messages follow
@@ -68,7 +72,7 @@ type session struct {
 	// Session state replayed on every server the session uses.
 	startup     []setting           // from the startup packet
 	session     []setting           // from SET outside SET LOCAL, in order; Reset entries remove
-	settingsGen uint64              // bumped when startup+session settings change
+	settingsKey string              // settingsQuery of startup+session settings, as servers record it
 	discardGen  uint64              // bumped by DISCARD ALL / DEALLOCATE ALL
 	stmts       map[string]stmtInfo // protocol-level named statements the client prepared
 	unnamed     stmtInfo            // the client's unnamed statement
@@ -121,7 +125,7 @@ func (ss *session) idleLocked() bool {
 func (ss *session) drain() {
 	ss.mu.Lock()
 	ss.draining = true
-	idle := ss.primary != nil && ss.idleLocked()
+	idle := ss.cond != nil && ss.idleLocked() // cond: connect is done
 	ss.mu.Unlock()
 	if idle {
 		ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))

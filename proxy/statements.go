@@ -84,6 +84,9 @@ func (ss *session) inject(l *link, msg wire.Encoder, drop byte) error {
 	if drop == 'Z' {
 		l.batches++
 	}
+	if l.parked {
+		ss.cond.Broadcast()
+	}
 	ss.mu.Unlock()
 	_, err = l.conn.W.Write(buf)
 	return err
@@ -95,7 +98,7 @@ func (ss *session) ensureStatement(l *link, name string) error {
 	var want stmtInfo
 	if name == "" {
 		want = ss.unnamed
-		if want.parse == nil || l.unnamed == want.query {
+		if want.parse == nil || l.st.unnamed == want.query {
 			return nil
 		}
 	} else {
@@ -103,7 +106,7 @@ func (ss *session) ensureStatement(l *link, name string) error {
 		if want, ok = ss.stmts[name]; !ok {
 			return nil // unknown to the client too: the server reports it
 		}
-		if have, ok := l.prepared[name]; ok {
+		if have, ok := l.st.prepared[name]; ok {
 			if have == want.query {
 				return nil
 			}
@@ -120,9 +123,9 @@ func (ss *session) ensureStatement(l *link, name string) error {
 		return err
 	}
 	if name == "" {
-		l.unnamed = want.query
+		l.st.unnamed = want.query
 	} else {
-		l.prepared[name] = want.query
+		l.st.prepared[name] = want.query
 	}
 	return nil
 }
@@ -139,11 +142,11 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		info := stmtInfo{query: query, parse: append([]byte(nil), body...)}
 		if name == "" {
 			ss.unnamed = info
-			l.unnamed = query
+			l.st.unnamed = query
 			return nil
 		}
 		if _, known := ss.stmts[name]; !known {
-			if _, stale := l.prepared[name]; stale {
+			if _, stale := l.st.prepared[name]; stale {
 				// Left on this server after the client closed it
 				// elsewhere: make room for the client's new statement.
 				if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3'); err != nil {
@@ -152,7 +155,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			}
 		}
 		ss.stmts[name] = info
-		l.prepared[name] = query
+		l.st.prepared[name] = query
 	case 'B':
 		if name, err := bindStatement(body); err == nil {
 			return ss.ensureStatement(l, name)
@@ -165,14 +168,14 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		if kind, name, err := describeTarget(body); err == nil && kind == 'S' {
 			if name == "" {
 				ss.unnamed = stmtInfo{}
-				l.unnamed = ""
+				l.st.unnamed = ""
 			} else {
 				delete(ss.stmts, name)
-				delete(l.prepared, name)
+				delete(l.st.prepared, name)
 			}
 		}
 	case 'Q':
-		l.unnamed = "" // a simple Query drops the unnamed statement
+		l.st.unnamed = "" // a simple Query drops the unnamed statement
 	}
 	return nil
 }
@@ -185,10 +188,10 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision) error {
 		switch st.Effect {
 		case classify.EffectExecute:
 			want, ok := ss.sqlPrepared[st.PrepareName]
-			if !ok || l.sqlPrepared[st.PrepareName] == want.text {
+			if !ok || l.st.sqlPrepared[st.PrepareName] == want.text {
 				continue
 			}
-			if _, has := l.sqlPrepared[st.PrepareName]; has {
+			if _, has := l.st.sqlPrepared[st.PrepareName]; has {
 				if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z'); err != nil {
 					return err
 				}
@@ -196,14 +199,14 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision) error {
 			if err := ss.inject(l, &pgproto3.Query{String: want.text}, 'Z'); err != nil {
 				return err
 			}
-			l.sqlPrepared[st.PrepareName] = want.text
+			l.st.sqlPrepared[st.PrepareName] = want.text
 		case classify.EffectPrepare:
-			if _, has := l.sqlPrepared[st.PrepareName]; has {
+			if _, has := l.st.sqlPrepared[st.PrepareName]; has {
 				if _, known := ss.sqlPrepared[st.PrepareName]; !known {
 					if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z'); err != nil {
 						return err
 					}
-					delete(l.sqlPrepared, st.PrepareName)
+					delete(l.st.sqlPrepared, st.PrepareName)
 				}
 			}
 		}
