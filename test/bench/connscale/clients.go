@@ -38,6 +38,9 @@ func dialAll(ctx context.Context, dsn string, n, concurrency, maxFailures int) d
 		wg.Go(func() {
 			for next.Add(1) <= int64(n) && failed.Load() < int64(maxFailures) && ctx.Err() == nil {
 				conn, err := pgconn.Connect(ctx, dsn)
+				if err != nil && ctx.Err() != nil {
+					return // interrupted, not failed
+				}
 				mu.Lock()
 				if err != nil {
 					failed.Add(1)
