@@ -64,7 +64,7 @@ func dialAll(ctx context.Context, dsn string, n, concurrency, maxFailures int) d
 func errorKind(err error) string {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return fmt.Sprintf("%s %s: %s (SQLSTATE %s)", pe.Severity, pe.Code, pe.Message, pe.Code)
+		return fmt.Sprintf("%s: %s (SQLSTATE %s)", pe.Severity, pe.Message, pe.Code)
 	}
 	return err.Error()
 }

@@ -291,7 +291,7 @@ func (r *result) print(w io.Writer) {
 	if r.dial.failed > 0 {
 		fmt.Fprintf(w, "%d connections failed", r.dial.failed)
 		if r.dial.stopped {
-			fmt.Fprintf(w, " (stopped opening after %d failures)", r.dial.failed)
+			fmt.Fprintf(w, " (stopped opening at -max-dial-failures %d; those in flight finished)", o.maxDialFailures)
 		}
 		fmt.Fprintln(w, ":")
 		for msg, c := range r.dial.errs {
