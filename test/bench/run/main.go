@@ -1,0 +1,435 @@
+// Command run benchmarks kineticd side by side with PgBouncer, pgpool-II and
+// a direct connection, with pgbench against a real PostgreSQL 15 primary and
+// streaming replica (test/pgtest). It is `make bench`, not part of make test;
+// test/bench/README.md says what it measures and how to read the tables.
+//
+//	go run ./test/bench/run -seconds 3 -rounds 1 -clients 1,16 -modes simple,prepared
+//
+// Every run starts its proxy afresh (sized for the run's clients), warms it
+// up, runs pgbench, samples the proxy's CPU and RSS, and stops it, so runs
+// share nothing but the servers. Cells run their targets interleaved, round
+// after round, so drift hits all of them alike. Everything started — servers,
+// proxies, temp dirs — is stopped and removed on exit, on error and on
+// Ctrl-C.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
+)
+
+// options are the command line.
+type options struct {
+	targets   []target
+	workloads []workload
+	modes     []string
+	clients   []int
+	seconds   int
+	warmup    int
+	rounds    int
+	scale     int
+	sampling  float64
+	out       string
+	kineticd  string
+}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = run(ctx, opts)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	targets := fs.String("targets", "all", "comma-separated targets: direct, pgbouncer (both pool modes), pgbouncer-session, pgbouncer-tx, pgpool, kineticd (all three), kineticd-session, kineticd-tx, kineticd-tx-routed; or all")
+	workloads := fs.String("workloads", "select,mix", "comma-separated workloads: select (pgbench -S), mix (select-only@9 + simple-update@1)")
+	modes := fs.String("modes", "simple,extended,prepared", "comma-separated pgbench -M query modes")
+	clients := fs.String("clients", "1,16,256", "comma-separated client counts")
+	var o options
+	fs.IntVar(&o.seconds, "seconds", 10, "measured pgbench duration of each run (-T)")
+	fs.IntVar(&o.warmup, "warmup", 1, "unmeasured pgbench seconds before each run, to open the proxy's server connections (0: none)")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds per cell; the tables show the median")
+	fs.IntVar(&o.scale, "scale", 10, "pgbench -i scale factor")
+	fs.Float64Var(&o.sampling, "sampling-rate", 1, "pgbench --sampling-rate of the per-transaction latency log (0 < r <= 1)")
+	fs.StringVar(&o.out, "out", "", "also write the markdown report to this file")
+	fs.StringVar(&o.kineticd, "kineticd", "bin/kineticd", "kineticd binary (make build)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if o.targets, err = pickTargets(*targets); err != nil {
+		return o, err
+	}
+	for _, name := range splitList(*workloads) {
+		i := slices.IndexFunc(allWorkloads, func(w workload) bool { return w.name == name })
+		if i < 0 {
+			return o, fmt.Errorf("-workloads: unknown workload %q (want select, mix)", name)
+		}
+		o.workloads = append(o.workloads, allWorkloads[i])
+	}
+	for _, m := range splitList(*modes) {
+		if !slices.Contains([]string{"simple", "extended", "prepared"}, m) {
+			return o, fmt.Errorf("-modes: unknown pgbench query mode %q (want simple, extended, prepared)", m)
+		}
+		o.modes = append(o.modes, m)
+	}
+	for _, s := range splitList(*clients) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("-clients: %q is not a positive number", s)
+		}
+		o.clients = append(o.clients, n)
+	}
+	switch {
+	case len(o.workloads) == 0 || len(o.modes) == 0 || len(o.clients) == 0:
+		return o, errors.New("-workloads, -modes and -clients must each name at least one")
+	case o.seconds < 1 || o.rounds < 1 || o.scale < 1 || o.warmup < 0:
+		return o, errors.New("-seconds, -rounds and -scale must be at least 1, -warmup at least 0")
+	case !(o.sampling > 0 && o.sampling <= 1):
+		return o, errors.New("-sampling-rate must be in (0, 1]")
+	case slices.Max(o.clients) > 1000:
+		return o, errors.New("-clients: at most 1000 (the servers' max_connections is sized for that)")
+	}
+	return o, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// pickTargets resolves -targets, keeping the canonical order.
+func pickTargets(list string) ([]target, error) {
+	want := map[string]bool{}
+	for _, name := range splitList(list) {
+		n := 0
+		for _, t := range allTargets {
+			if name == "all" || t.name == name || t.kind == name {
+				want[t.name] = true
+				n++
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("-targets: unknown target %q", name)
+		}
+	}
+	var out []target
+	for _, t := range allTargets {
+		if want[t.name] {
+			out = append(out, t)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("-targets names none")
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, o options) (err error) {
+	kineticd, err := filepath.Abs(o.kineticd)
+	if err != nil {
+		return err
+	}
+	need := map[string]string{}
+	for _, t := range o.targets {
+		switch t.kind {
+		case "pgbouncer":
+			need[pgbouncerBin] = "run scripts/install-bench-deps.sh (apt-get install pgbouncer)"
+		case "pgpool":
+			need[pgpoolBin] = "run scripts/install-bench-deps.sh (apt-get install pgpool2)"
+		case "kineticd":
+			need[kineticd] = "run make build, or pass -kineticd"
+		}
+	}
+	need[pgtest.Bin("pgbench")] = "run scripts/install-deps.sh (postgresql-15)"
+	for bin, hint := range need {
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("%s is missing: %s", bin, hint)
+		}
+	}
+
+	// Proxies get a directory each under one temp dir, which the postgres
+	// user must be able to enter.
+	dir, err := os.MkdirTemp("", "kinetic-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := newBench(dir, kineticd)
+	if err != nil {
+		return err
+	}
+
+	maxClients := slices.Max(o.clients)
+	// Room for the run's clients twice over (pgpool holds a connection per
+	// child on the primary and on the replica; a stopped proxy's backends
+	// take a moment to go) plus superuser and replication slots.
+	maxConn := max(300, 2*maxClients+50)
+	fmt.Fprintf(os.Stderr, "bench: starting PostgreSQL 15 primary + 1 streaming replica (max_connections = %d)\n", maxConn)
+	b.cluster, err = pgtest.Start(ctx, pgtest.Options{Standbys: 1, Conf: fmt.Sprintf("max_connections = %d", maxConn)})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := b.cluster.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	fmt.Fprintf(os.Stderr, "bench: pgbench -i -s %d\n", o.scale)
+	if err := initPgbench(ctx, b.cluster.Primary.Addr(), o.scale); err != nil {
+		return err
+	}
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
+	if b.verifier, err = b.cluster.Primary.QueryString(ctx, fmt.Sprintf(
+		"SELECT rolpassword FROM pg_authid WHERE rolname = '%s'", pgtest.AppUser)); err != nil {
+		return err
+	}
+
+	var report bytes.Buffer
+	writeHeader(&report, o, kineticd, maxConn)
+	fmt.Print(report.String())
+	ticks := clockTicks()
+	var cells []cell
+	for _, w := range o.workloads {
+		for _, m := range o.modes {
+			for _, c := range o.clients {
+				cells = append(cells, cell{w, m, c})
+			}
+		}
+	}
+	for i, c := range cells {
+		results := map[string][]result{}
+		for round := 1; round <= o.rounds; round++ {
+			for _, t := range o.targets {
+				r, err := b.runOnce(ctx, o, c, t, ticks)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", c, t.name, err)
+				}
+				fmt.Fprintf(os.Stderr, "bench: [%d/%d] %s, round %d/%d, %-18s %s\n",
+					i+1, len(cells), c, round, o.rounds, t.name, progressLine(r))
+				results[t.name] = append(results[t.name], r)
+			}
+		}
+		sums := map[string]summary{}
+		for _, t := range o.targets {
+			sums[t.name] = summarize(results[t.name])
+		}
+		var sec bytes.Buffer
+		writeCell(&sec, c, o.targets, sums)
+		fmt.Print(sec.String())
+		report.Write(sec.Bytes())
+		// Rewritten after every cell: an interrupted run keeps what it has.
+		if o.out != "" {
+			if err := writeOut(o.out, report.Bytes()); err != nil {
+				return err
+			}
+		}
+	}
+	if o.out != "" {
+		fmt.Fprintf(os.Stderr, "bench: report written to %s\n", o.out)
+	}
+	return nil
+}
+
+// settle gets the servers to a steady state before the first measured run,
+// which would otherwise pay alone for what pgbench -i left behind: the
+// replica catches up, a checkpoint writes the dirty pages, and a few seconds
+// of select-only on each server fill its caches.
+func (b *bench) settle(ctx context.Context) error {
+	if err := b.cluster.WaitReplicated(ctx); err != nil {
+		return err
+	}
+	if err := b.cluster.Primary.Exec(ctx, "CHECKPOINT"); err != nil {
+		return err
+	}
+	for _, s := range append([]*pgtest.Server{b.cluster.Primary}, b.cluster.Standbys...) {
+		warm := benchRun{addr: s.Addr(), db: pgtest.AppDB, workload: allWorkloads[0], mode: "simple", clients: 2, seconds: 3}
+		if _, err := warm.run(ctx); err != nil {
+			return fmt.Errorf("warming %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+func writeOut(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+func progressLine(r result) string {
+	if r.err != "" {
+		return "FAILED: " + r.err
+	}
+	return fmt.Sprintf("%8.0f tps  p50 %.3f ms  p99 %.3f ms  cpu %s s/100k q  rss %s MiB  replica %s",
+		r.tps, r.p50, r.p99, num(r.cpu100k, 2), num(r.rssMiB, 1), pct(r.replica))
+}
+
+// runOnce runs one cell against one target: fresh proxy, warm-up, measured
+// pgbench with CPU and RSS sampled around it, stop, and the replica's share
+// read from the servers' transaction counters. A pgbench or proxy failure is
+// the result (FAILED with its first error line); only trouble with the
+// benchmark itself (servers, temp files, Ctrl-C) is an error.
+func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks int64) (result, error) {
+	fail := func(err error) (result, error) {
+		if ctx.Err() != nil {
+			return result{}, context.Cause(ctx)
+		}
+		line, _, _ := strings.Cut(err.Error(), "\n")
+		return result{err: line}, nil
+	}
+	if err := b.waitDrained(ctx); err != nil {
+		return result{}, err
+	}
+	before, err := b.xacts(ctx)
+	if err != nil {
+		return result{}, err
+	}
+	in, err := b.start(ctx, t, c.clients)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %s did not start: %v\n", t.name, err)
+		return fail(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			in.stop()
+		}
+	}()
+	logDir, err := os.MkdirTemp(b.dir, "pgbench-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(logDir)
+	br := benchRun{addr: in.addr, db: t.db, workload: c.workload, mode: c.mode, clients: c.clients}
+	if o.warmup > 0 {
+		warm := br
+		warm.seconds = o.warmup
+		if _, err := warm.run(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	var u0 procUsage
+	if in.proc != nil {
+		if u0, err = treeUsage(in.proc.pid()); err != nil {
+			return fail(fmt.Errorf("%s died: %v", t.name, err))
+		}
+	}
+	br.seconds, br.sampling, br.logDir = o.seconds, o.sampling, logDir
+	rep, err := br.run(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	r := result{tps: rep.tps, p50: rep.p50, p99: rep.p99, failed: rep.failed, cpu100k: math.NaN(), rssMiB: math.NaN()}
+	if in.proc != nil {
+		u1, err := treeUsage(in.proc.pid())
+		if err != nil {
+			return fail(fmt.Errorf("%s died during the run: %v", t.name, err))
+		}
+		if rep.queries > 0 {
+			r.cpu100k = float64(u1.ticks-u0.ticks) / float64(ticks) / float64(rep.queries) * 1e5
+		}
+		r.rssMiB = float64(u1.rssKiB) / 1024
+	}
+	stopped = true
+	if err := in.stop(); err != nil {
+		return result{}, fmt.Errorf("stop %s: %w", t.name, err)
+	}
+	// Backends flush their statistics when they exit.
+	if err := b.waitDrained(ctx); err != nil {
+		return result{}, err
+	}
+	r.replica = math.NaN()
+	if after, err := b.xacts(ctx); err == nil {
+		var total, replica int64
+		for i := range after {
+			d := after[i] - before[i]
+			total += d
+			if i > 0 {
+				replica += d
+			}
+		}
+		if total > 0 {
+			r.replica = float64(replica) / float64(total)
+		}
+	}
+	return r, nil
+}
+
+// writeHeader says what ran where, so a table can be read on its own.
+func writeHeader(w *bytes.Buffer, o options, kineticd string, maxConn int) {
+	version := func(bin string, args ...string) string {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			return "?"
+		}
+		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		return line
+	}
+	names := make([]string, len(o.targets))
+	for i, t := range o.targets {
+		names[i] = t.name
+	}
+	fmt.Fprintf(w, "## kineticd side-by-side benchmark\n\n")
+	fmt.Fprintf(w, "%s · %d CPUs · %s · %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(),
+		version(pgtest.Bin("pgbench"), "--version"), version(pgtest.Bin("postgres"), "--version"))
+	seen := map[string]bool{}
+	for _, t := range o.targets {
+		if seen[t.kind] {
+			continue
+		}
+		seen[t.kind] = true
+		switch t.kind {
+		case "pgbouncer":
+			fmt.Fprintf(w, "- pgbouncer: %s\n", version(pgbouncerBin, "--version"))
+		case "pgpool":
+			fmt.Fprintf(w, "- pgpool: %s\n", version(pgpoolBin, "--version"))
+		case "kineticd":
+			fmt.Fprintf(w, "- kineticd: %s (%s)\n", version(kineticd, "--version"), kineticd)
+		}
+	}
+	fmt.Fprintf(w, "\nTargets %s. Primary + 1 streaming replica (PostgreSQL 15, fsync off, max_connections = %d), pgbench scale %d. "+
+		"Each run: %d s measured after a %d s warm-up, `-j min(2, clients)`; median of %d round(s), targets interleaved per round. "+
+		"Proxies are started afresh for every run with pools of clients + 4 server connections (PgBouncer default_pool_size, "+
+		"pgpool num_init_children, kineticd routes.pool.size).\n\n",
+		strings.Join(names, ", "), maxConn, o.scale, o.seconds, o.warmup, o.rounds)
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// procUsage is what /proc says about a process tree at one moment.
+type procUsage struct {
+	ticks  int64 // utime+stime of every live member, plus cutime+cstime (children they reaped)
+	rssKiB int64 // VmRSS summed over the members
+	procs  int
+}
+
+// treeUsage sums CPU ticks and RSS over root and all its descendants. CPU of
+// a descendant that exited and was reaped inside the tree is kept: the
+// kernel adds it to its parent's cutime/cstime, which is counted too, so the
+// pgpool children that come and go are not lost.
+func treeUsage(root int) (procUsage, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return procUsage{}, err
+	}
+	type stat struct {
+		ppid  int
+		ticks int64
+	}
+	stats := map[int]stat{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, ticks, err := readStat(pid)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		stats[pid] = stat{ppid, ticks}
+	}
+	if _, ok := stats[root]; !ok {
+		return procUsage{}, fmt.Errorf("process %d is gone", root)
+	}
+	children := map[int][]int{}
+	for pid, s := range stats {
+		children[s.ppid] = append(children[s.ppid], pid)
+	}
+	var u procUsage
+	queue := []int{root}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		u.procs++
+		u.ticks += stats[pid].ticks
+		if rss, err := readRSS(pid); err == nil {
+			u.rssKiB += rss
+		}
+		queue = append(queue, children[pid]...)
+	}
+	return u, nil
+}
+
+// readStat returns the parent pid and utime+stime+cutime+cstime of pid, in
+// clock ticks, from /proc/PID/stat.
+func readStat(pid int) (ppid int, ticks int64, err error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold anything.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state): ppid is field 4, utime..cstime fields 14..17.
+	if len(f) < 15 {
+		return 0, 0, errors.New("short stat")
+	}
+	if ppid, err = strconv.Atoi(f[1]); err != nil {
+		return 0, 0, err
+	}
+	for _, s := range f[11:15] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		ticks += n
+	}
+	return ppid, ticks, nil
+}
+
+// readRSS returns VmRSS of pid in KiB (0 for a kernel thread or zombie).
+func readRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				break
+			}
+			return strconv.ParseInt(f[0], 10, 64)
+		}
+	}
+	return 0, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat times: getconf CLK_TCK,
+// or 100 (every Linux architecture Go runs on) when getconf is missing.
+func clockTicks() int64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 100
+}

@@ -1,0 +1,482 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
+	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
+)
+
+// Binaries of the Debian packages pgbouncer and pgpool2.
+const (
+	pgbouncerBin = "/usr/sbin/pgbouncer"
+	pgpoolBin    = "/usr/sbin/pgpool"
+)
+
+// Pool modes as the tables name them.
+const (
+	modeSession     = "session"
+	modeTransaction = "transaction"
+)
+
+// target is one way of reaching the primary.
+type target struct {
+	name     string
+	kind     string // direct | pgbouncer | pgpool | kineticd
+	poolMode string // session | transaction ("" for direct)
+	routed   bool   // kineticd with read_routing_mode = prefer_replica
+	db       string // database name clients connect with
+}
+
+var allTargets = []target{
+	{name: "direct", kind: "direct", db: pgtest.AppDB},
+	{name: "pgbouncer-session", kind: "pgbouncer", poolMode: modeSession, db: "bench_session"},
+	{name: "pgbouncer-tx", kind: "pgbouncer", poolMode: modeTransaction, db: "bench_tx"},
+	{name: "pgpool", kind: "pgpool", poolMode: modeSession, db: pgtest.AppDB},
+	{name: "kineticd-session", kind: "kineticd", poolMode: modeSession, db: pgtest.AppDB},
+	{name: "kineticd-tx", kind: "kineticd", poolMode: modeTransaction, db: pgtest.AppDB},
+	{name: "kineticd-tx-routed", kind: "kineticd", poolMode: modeTransaction, routed: true, db: pgtest.AppDB},
+}
+
+// baseline names the PgBouncer target a kineticd target is compared with:
+// the same pool mode ("" for other targets).
+func (t target) baseline() string {
+	if t.kind != "kineticd" {
+		return ""
+	}
+	if t.poolMode == modeTransaction {
+		return "pgbouncer-tx"
+	}
+	return "pgbouncer-session"
+}
+
+// bench is the state every run shares: the cluster, where proxies live, who
+// they run as.
+type bench struct {
+	cluster  *pgtest.Cluster
+	dir      string // the benchmark's temp dir; removed at exit
+	kineticd string // path of the kineticd binary
+	verifier string // the app user's SCRAM verifier, for PgBouncer's auth_file
+	cred     *syscall.Credential
+	uid, gid int
+	runs     int // numbers the per-run directories
+}
+
+func newBench(dir, kineticd string) (*bench, error) {
+	b := &bench{dir: dir, kineticd: kineticd, uid: os.Getuid(), gid: os.Getgid()}
+	if os.Geteuid() != 0 {
+		return b, nil
+	}
+	// PgBouncer refuses to run as root; pgpool runs as the postgres user too.
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root needs the OS user postgres: %w", err)
+	}
+	b.uid, _ = strconv.Atoi(u.Uid)
+	b.gid, _ = strconv.Atoi(u.Gid)
+	b.cred = &syscall.Credential{Uid: uint32(b.uid), Gid: uint32(b.gid), Groups: []uint32{}}
+	return b, nil
+}
+
+// instance is a started target. Direct has no process.
+type instance struct {
+	addr string
+	proc *proc // nil for direct
+}
+
+// stop ends the target's process (if any) and its process group.
+func (in *instance) stop() error {
+	if in.proc == nil {
+		return nil
+	}
+	return in.proc.stop()
+}
+
+// start starts target t sized for clients: every pool holds a server
+// connection per client plus a few, so no client waits for one.
+func (b *bench) start(ctx context.Context, t target, clients int) (*instance, error) {
+	if t.kind == "direct" {
+		return &instance{addr: b.cluster.Primary.Addr()}, nil
+	}
+	b.runs++
+	dir := filepath.Join(b.dir, fmt.Sprintf("%03d-%s", b.runs, t.name))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(dir, b.uid, b.gid); err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	var p *proc
+	switch t.kind {
+	case "pgbouncer":
+		p, err = b.startPgbouncer(dir, addr, clients)
+	case "pgpool":
+		p, err = b.startPgpool(dir, addr, clients)
+	case "kineticd":
+		p, err = b.startKineticd(dir, addr, t, clients)
+	default:
+		err = fmt.Errorf("unknown target kind %q", t.kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	in := &instance{addr: addr, proc: p}
+	if err := waitReady(ctx, p, addr, t.db); err != nil {
+		in.stop()
+		return nil, fmt.Errorf("%s: %w\n--- tail of %s ---\n%s", t.name, err, p.logFile, tail(p.logFile, 20))
+	}
+	return in, nil
+}
+
+// poolSize is the server connections a proxy may open for a run.
+func poolSize(clients int) int { return clients + 4 }
+
+// maxClientConn admits every pgbench client, the readiness probe and spare.
+func maxClientConn(clients int) int { return max(300, clients+20) }
+
+func (b *bench) startPgbouncer(dir, addr string, clients int) (*proc, error) {
+	host, port, _ := net.SplitHostPort(addr)
+	primary := b.cluster.Primary
+	// Both pools point at the same primary; the pool mode is per database.
+	// server_reset_query is DISCARD ALL (the default), which PgBouncer runs
+	// only in session mode; transaction mode keeps server state.
+	ini := fmt.Sprintf(`;; written by test/bench/run
+[databases]
+bench_session = host=127.0.0.1 port=%[1]d dbname=%[2]s pool_mode=session
+bench_tx = host=127.0.0.1 port=%[1]d dbname=%[2]s pool_mode=transaction
+
+[pgbouncer]
+listen_addr = %[3]s
+listen_port = %[4]s
+unix_socket_dir =
+pidfile =
+logfile =
+auth_type = scram-sha-256
+auth_file = %[5]s/userlist.txt
+pool_mode = session
+max_client_conn = %[6]d
+default_pool_size = %[7]d
+min_pool_size = 0
+reserve_pool_size = 0
+max_db_connections = 0
+max_user_connections = 0
+server_reset_query = DISCARD ALL
+server_check_delay = 30
+log_connections = 0
+log_disconnections = 0
+log_pooler_errors = 1
+stats_period = 60
+`, primary.Port, pgtest.AppDB, host, port, dir, maxClientConn(clients), poolSize(clients))
+	// With the SCRAM verifier (not the password) in auth_file, PgBouncer
+	// logs in to the server with the keys the client proved it holds.
+	users := fmt.Sprintf("%q %q\n", pgtest.AppUser, b.verifier)
+	if err := b.writeFiles(dir, map[string]string{"pgbouncer.ini": ini, "userlist.txt": users}); err != nil {
+		return nil, err
+	}
+	return b.spawn(dir, b.cred, pgbouncerBin, filepath.Join(dir, "pgbouncer.ini"))
+}
+
+func (b *bench) startPgpool(dir, addr string, clients int) (*proc, error) {
+	host, port, _ := net.SplitHostPort(addr)
+	pcpAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, pcpPort, _ := net.SplitHostPort(pcpAddr)
+	primary, replica := b.cluster.Primary, b.cluster.Standbys[0]
+	// Streaming-replication mode, reads balanced over both nodes (weights
+	// 1:1, chosen per session; a transaction that wrote stays on the
+	// primary). One child per client (num_init_children), each caching one
+	// backend connection per node (max_pool = 1). Health checks and the
+	// replication-delay check are off, and backend errors do not fail a node
+	// over, so nothing marks the replica down during a run; the sr_check
+	// user (the trusted superuser) still finds the primary at startup.
+	conf := fmt.Sprintf(`# written by test/bench/run
+backend_clustering_mode = 'streaming_replication'
+listen_addresses = '%[1]s'
+port = %[2]s
+unix_socket_directories = '%[3]s'
+pcp_listen_addresses = ''
+pcp_port = %[4]s
+pcp_socket_dir = '%[3]s'
+pid_file_name = '%[3]s/pgpool.pid'
+logdir = '%[3]s'
+
+backend_hostname0 = '127.0.0.1'
+backend_port0 = %[5]d
+backend_weight0 = 1
+backend_flag0 = 'ALLOW_TO_FAILOVER'
+backend_application_name0 = 'primary'
+backend_hostname1 = '127.0.0.1'
+backend_port1 = %[6]d
+backend_weight1 = 1
+backend_flag1 = 'ALLOW_TO_FAILOVER'
+backend_application_name1 = 'standby1'
+
+num_init_children = %[7]d
+max_pool = 1
+reserved_connections = 0
+child_life_time = 0
+child_max_connections = 0
+connection_life_time = 0
+client_idle_limit = 0
+connection_cache = on
+
+enable_pool_hba = on
+pool_passwd = 'pool_passwd'
+allow_clear_text_frontend_auth = off
+ssl = off
+
+load_balance_mode = on
+statement_level_load_balance = off
+disable_load_balance_on_write = 'transaction'
+
+sr_check_period = 0
+sr_check_user = '%[8]s'
+sr_check_password = ''
+delay_threshold = 0
+health_check_period = 0
+health_check_user = '%[8]s'
+health_check_password = ''
+failover_on_backend_error = off
+failover_command = ''
+search_primary_node_timeout = 10
+use_watchdog = off
+memory_cache_enabled = off
+
+log_destination = 'stderr'
+log_min_messages = warning
+log_connections = off
+log_statement = off
+log_per_node_statement = off
+`, host, port, dir, pcpPort, primary.Port, replica.Port, poolSize(clients), pgtest.SuperUser)
+	// pgpool 4.3 speaks SCRAM to clients and servers only with the password
+	// itself in pool_passwd (TEXT prefix) or AES-encrypted.
+	files := map[string]string{
+		"pgpool.conf":   conf,
+		"pool_hba.conf": "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n",
+		"pool_passwd":   pgtest.AppUser + ":TEXT" + pgtest.AppPassword + "\n",
+		"pcp.conf":      "",
+	}
+	if err := b.writeFiles(dir, files); err != nil {
+		return nil, err
+	}
+	return b.spawn(dir, b.cred, pgpoolBin, "-n", "-D",
+		"-f", filepath.Join(dir, "pgpool.conf"),
+		"-F", filepath.Join(dir, "pcp.conf"),
+		"-a", filepath.Join(dir, "pool_hba.conf"))
+}
+
+func (b *bench) startKineticd(dir, addr string, t target, clients int) (*proc, error) {
+	p := kinetictest.Params{
+		Listen:         addr,
+		PoolMode:       t.poolMode,
+		PoolSize:       poolSize(clients),
+		MaxClientConn:  maxClientConn(clients),
+		AcquireTimeout: 30000,
+		LogLevel:       "warn",
+	}
+	if t.routed {
+		p.ReadRoutingMode = "prefer_replica"
+		p.Replicas = []string{b.cluster.Standbys[0].Addr()}
+	}
+	if err := b.writeFiles(dir, map[string]string{"kineticd.toml": kinetictest.TOML(b.cluster, p)}); err != nil {
+		return nil, err
+	}
+	// kineticd needs no particular user; it runs as we do.
+	return b.spawn(dir, nil, b.kineticd, "--config", filepath.Join(dir, "kineticd.toml"))
+}
+
+// writeFiles writes name→content into dir, readable by the proxy's user only.
+func (b *bench) writeFiles(dir string, files map[string]string) error {
+	for name, content := range files {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			return err
+		}
+		if err := os.Chown(path, b.uid, b.gid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// proc is a proxy process this program started, in its own process group.
+type proc struct {
+	cmd     *exec.Cmd
+	logFile string
+	done    chan struct{} // closed when cmd.Wait returned
+	err     error
+}
+
+// spawn starts bin as cred (nil: as we are) in dir with output to dir/log.
+// The process leads its own group, so a terminal's Ctrl-C reaches only us
+// and stop can signal every process the proxy forked; it gets SIGKILL if
+// this program dies without stopping it.
+func (b *bench) spawn(dir string, cred *syscall.Credential, bin string, args ...string) (*proc, error) {
+	logFile := filepath.Join(dir, "log")
+	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir, "LC_ALL=C"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	p := &proc{cmd: cmd, logFile: logFile, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop asks the proxy to shut down (SIGTERM: PgBouncer 1.18 and kineticd
+// exit at once or after their clients left; SIGINT would make PgBouncer wait)
+// and SIGINT for pgpool's fast shutdown, then kills the process group.
+func (p *proc) stop() error {
+	pgid := p.pid()
+	sig := syscall.SIGTERM
+	if filepath.Base(p.cmd.Path) == "pgpool" {
+		sig = syscall.SIGINT
+	}
+	_ = syscall.Kill(pgid, sig)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+	}
+	// Whatever the proxy forked and left behind (pgpool children) goes too.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("pid %d survives SIGKILL", pgid)
+	}
+}
+
+// waitReady waits until a query as the app user through addr succeeds:
+// the proxy listens, authenticates, and reaches the primary.
+func waitReady(ctx context.Context, p *proc, addr, db string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	dsn := kinetictest.DSN(addr, pgtest.AppUser, pgtest.AppPassword, db) + "&connect_timeout=5"
+	var last error
+	for {
+		if p.exited() {
+			return fmt.Errorf("exited before accepting: %v", p.err)
+		}
+		conn, err := pgconn.Connect(ctx, dsn)
+		if err == nil {
+			_, err = conn.Exec(ctx, "SELECT 1").ReadAll()
+			conn.Close(context.WithoutCancel(ctx))
+			if err == nil {
+				return nil
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %w (last error: %v)", ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// tail returns the last n lines of file, for error messages.
+func tail(file string, n int) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitDrained waits until no session of the app user is left on any server:
+// backends of a stopped proxy exit asynchronously, and the next run must
+// neither count them nor run short of max_connections.
+func (b *bench) waitDrained(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	servers := append([]*pgtest.Server{b.cluster.Primary}, b.cluster.Standbys...)
+	for _, s := range servers {
+		for {
+			n, err := s.QueryString(ctx, fmt.Sprintf(
+				"SELECT count(*) FROM pg_stat_activity WHERE usename = '%s'", pgtest.AppUser))
+			if err == nil && n == "0" {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return errors.Join(fmt.Errorf("%s: %s sessions of %s still open", s.Name, n, pgtest.AppUser), err, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// xacts returns the committed plus rolled-back transactions in the app
+// database on each server (primary first), to tell where reads went.
+func (b *bench) xacts(ctx context.Context) ([]int64, error) {
+	servers := append([]*pgtest.Server{b.cluster.Primary}, b.cluster.Standbys...)
+	out := make([]int64, len(servers))
+	for i, s := range servers {
+		v, err := s.QueryString(ctx, fmt.Sprintf(
+			"SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '%s'", pgtest.AppDB))
+		if err != nil {
+			return nil, err
+		}
+		if out[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
