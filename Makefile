@@ -31,7 +31,7 @@ export GOFLAGS ?= -buildvcs=false
 # Extra flags for go test, e.g. make test GOTESTFLAGS=-v or GOTESTFLAGS='-run Promote'.
 GOTESTFLAGS ?=
 
-.PHONY: all deps build demo test check-config fmt clean
+.PHONY: all deps build demo test check-config fmt clean bench
 
 all: build
 
@@ -47,6 +47,15 @@ demo: deps build
 test: deps build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 25m $(GOTESTFLAGS) ./...
+
+# make bench: kineticd vs PgBouncer vs pgpool-II vs direct under pgbench
+# (test/bench/README.md); installs pgbouncer and pgpool2; not part of make test.
+# Flags for test/bench/run go in BENCHFLAGS, e.g.
+# make bench BENCHFLAGS='-seconds 3 -rounds 1 -clients 1,16' (a -out there
+# replaces the default report file).
+bench: deps build
+	bash scripts/install-bench-deps.sh
+	$(GO) run ./test/bench/run -kineticd bin/kineticd -out test/bench/results/latest.md $(BENCHFLAGS)
 
 check-config: build
 	bin/kineticd --check-config deploy/kineticd.example.toml
