@@ -1,0 +1,191 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// pgbench 15 summaries, trimmed to the lines parseReport reads around.
+const (
+	oneScript = `transaction type: <builtin: select only>
+scaling factor: 10
+query mode: prepared
+number of clients: 16
+number of threads: 2
+maximum number of tries: 1
+duration: 3 s
+number of transactions actually processed: 60000
+number of failed transactions: 0 (0.000%)
+latency average = 0.800 ms
+initial connection time = 12.345 ms
+tps = 20001.500000 (without initial connection time)
+`
+	twoScripts = `transaction type: multiple scripts
+scaling factor: 10
+query mode: simple
+number of clients: 1
+number of threads: 1
+maximum number of tries: 1
+duration: 3 s
+number of transactions actually processed: 1000
+number of failed transactions: 2 (0.200%)
+latency average = 3.000 ms
+initial connection time = 3.000 ms
+tps = 333.300000 (without initial connection time)
+SQL script 1: <builtin: select only>
+ - weight: 9 (targets 90.0% of total)
+ - 900 transactions (90.0% of total, tps = 300.000000)
+ - number of failed transactions: 0 (0.000%)
+ - latency average = 1.000 ms
+SQL script 2: <builtin: simple update>
+ - weight: 1 (targets 10.0% of total)
+ - 100 transactions (10.0% of total, tps = 33.300000)
+ - number of failed transactions: 2 (2.000%)
+ - latency average = 20.000 ms
+`
+)
+
+func TestParseReport(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		out                   string
+		tps                   float64
+		txns, queries, failed int64
+		err                   string
+	}{
+		{name: "one script", out: oneScript, tps: 20001.5, txns: 60000, queries: 60000},
+		{name: "select-only@9 + simple-update@1", out: twoScripts, tps: 333.3, txns: 1000, queries: 900 + 5*100, failed: 2},
+		{name: "unknown script", out: strings.Replace(oneScript, "select only", "my script", 1), err: `unknown built-in script "my script"`},
+		{name: "no tps", out: "pgbench: error: connection refused\n", err: "no tps line"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := parseReport(tc.out)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.tps != tc.tps || rep.txns != tc.txns || rep.queries != tc.queries || rep.failed != tc.failed {
+				t.Errorf("got tps %v txns %d queries %d failed %d; want %v %d %d %d",
+					rep.tps, rep.txns, rep.queries, rep.failed, tc.tps, tc.txns, tc.queries, tc.failed)
+			}
+		})
+	}
+}
+
+func TestFirstError(t *testing.T) {
+	stderr := `pgbench (15.18 (Debian 15.18-0+deb12u1))
+pgbench: error: client 3 script 0 aborted in command 1 query 0: ERROR:  prepared statement "P_1" does not exist
+pgbench: error: client 4 script 0 aborted in command 1 query 0: ERROR:  prepared statement "P_1" does not exist
+pgbench: error: Run was aborted; the above results are incomplete.
+`
+	want := `client 3 script 0 aborted in command 1 query 0: ERROR: prepared statement "P_1" does not exist`
+	if got := firstError(stderr); got != want {
+		t.Errorf("firstError = %q, want %q", got, want)
+	}
+	if got := firstError("pgbench (15.18)\n"); got != "" {
+		t.Errorf("firstError of a clean run = %q", got)
+	}
+}
+
+func TestReadLatencies(t *testing.T) {
+	dir := t.TempDir()
+	// client_id transaction_no time(µs) script_no time_epoch time_us; one
+	// file per thread.
+	files := map[string]string{
+		"tx.123":   "0 0 100 0 1700000000 1\n0 1 300 0 1700000000 2\n",
+		"tx.123.1": "1 0 200 0 1700000000 3\n1 1 failed 0 1700000000 4\n1 2 400 1 1700000000 5\n",
+	}
+	for name, s := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lat, err := readLatencies(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lat) != 4 {
+		t.Fatalf("read %d latencies, want 4 (the failed line skipped): %v", len(lat), lat)
+	}
+	if p50, p99 := percentile(lat, 50), percentile(lat, 99); p50 != 200 || p99 != 400 {
+		t.Errorf("p50 %v p99 %v, want 200 400", p50, p99)
+	}
+	if _, err := readLatencies(t.TempDir()); err == nil {
+		t.Error("no log files: want an error")
+	}
+}
+
+func TestPercentileMedian(t *testing.T) {
+	xs := make([]float64, 100)
+	for i := range xs {
+		xs[i] = float64(100 - i) // 100..1, unsorted
+	}
+	for _, tc := range []struct{ p, want float64 }{{50, 50}, {99, 99}, {100, 100}, {0, 1}} {
+		if got := percentile(xs, tc.p); got != tc.want {
+			t.Errorf("percentile(1..100, %v) = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if !math.IsNaN(percentile(nil, 50)) {
+		t.Error("percentile of nothing is not NaN")
+	}
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{{[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{7}, 7}} {
+		if got := median(tc.xs); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+	}
+	if !math.IsNaN(median([]float64{1, math.NaN()})) || !math.IsNaN(median(nil)) {
+		t.Error("median with NaN or of nothing is not NaN")
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	ok := func(tps float64) result {
+		return result{tps: tps, p50: tps / 10, p99: tps / 5, cpu100k: 1, rssMiB: 10, replica: 0.5}
+	}
+	s := summarize([]result{ok(300), ok(100), ok(200)})
+	if !s.ok || s.tps != 200 || s.p50 != 20 || s.p99 != 40 || s.replica != 0.5 {
+		t.Errorf("summary of three good rounds = %+v", s)
+	}
+	s = summarize([]result{ok(100), {err: "first"}, {err: "second"}})
+	if s.ok || s.err != "first" || s.failedOf != "2/3" {
+		t.Errorf("a failed round must fail the cell with the first error: %+v", s)
+	}
+}
+
+func TestPickTargets(t *testing.T) {
+	names := func(ts []target) string {
+		var out []string
+		for _, t := range ts {
+			out = append(out, t.name)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct{ flag, want, err string }{
+		{flag: "all", want: "direct,pgbouncer-session,pgbouncer-tx,pgpool,kineticd-session,kineticd-tx,kineticd-tx-routed"},
+		{flag: "kineticd-tx,pgbouncer", want: "pgbouncer-session,pgbouncer-tx,kineticd-tx"},
+		{flag: "pgpool, direct", want: "direct,pgpool"},
+		{flag: "pgcat", err: `unknown target "pgcat"`},
+	} {
+		got, err := pickTargets(tc.flag)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("pickTargets(%q) err = %v, want %q", tc.flag, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || names(got) != tc.want {
+			t.Errorf("pickTargets(%q) = %s, %v; want %s", tc.flag, names(got), err, tc.want)
+		}
+	}
+}
