@@ -5,10 +5,11 @@ import (
 	"sync"
 )
 
-// cache is a bounded LRU of decisions keyed by exact query text, split into
-// shards by a hash of the text so that concurrent sessions rarely meet on
-// one mutex. A hit takes one shard lock, moves one entry and copies the
-// Decision header: no allocation.
+// cache is a bounded LRU of decisions keyed by a string (the exact query
+// text, or a shape key: shape.go), split into shards by a hash of the key
+// so that concurrent sessions rarely meet on one mutex. A hit takes one
+// shard lock, moves one entry and copies the Decision header: no
+// allocation.
 type cache struct {
 	seed   maphash.Seed
 	shards []cacheShard
@@ -16,20 +17,21 @@ type cache struct {
 }
 
 type cacheShard struct {
-	mu           sync.Mutex
-	m            map[string]*cacheEntry
-	root         cacheEntry // sentinel: root.next is the most recent
-	capacity     int        // entries
-	bytes        int        // held by entries (their cost)
-	maxBytes     int
-	hits, misses uint64
-	_            [64]byte // keep shards' hot fields on separate cache lines
+	mu       sync.Mutex
+	m        map[string]*cacheEntry
+	root     cacheEntry // sentinel: root.next is the most recent
+	capacity int        // entries
+	bytes    int        // held by entries (their cost)
+	maxBytes int
+	hits     uint64
+	_        [64]byte // keep shards' hot fields on separate cache lines
 }
 
 type cacheEntry struct {
 	key        string
 	d          Decision
 	cost       int
+	mark       uint64 // shape cache: hash of the last text served (see getMarked)
 	prev, next *cacheEntry
 }
 
@@ -68,22 +70,32 @@ func (c *cache) shard(key string) *cacheShard {
 	return &c.shards[maphash.String(c.seed, key)&c.mask]
 }
 
-// get returns the cached decision for key, counting a hit or a miss.
+// get returns the cached decision for key, counting a hit.
 func (c *cache) get(key string) (Decision, bool) {
+	d, ok, _ := c.getMarked(key, 0)
+	return d, ok
+}
+
+// getMarked is get that also swaps the entry's mark for mark and reports
+// whether they were equal. The shape cache marks an entry with a hash of
+// the text it last answered, so that a text seen twice in a row can be
+// promoted to the exact-text cache.
+func (c *cache) getMarked(key string, mark uint64) (d Decision, ok, same bool) {
 	s := c.shard(key)
 	s.mu.Lock()
 	e, ok := s.m[key]
 	if !ok {
-		s.misses++
 		s.mu.Unlock()
-		return Decision{}, false
+		return Decision{}, false, false
 	}
 	s.hits++
 	s.unlink(e)
 	s.pushFront(e)
-	d := e.d
+	d = e.d
+	same = e.mark == mark
+	e.mark = mark
 	s.mu.Unlock()
-	return d, true
+	return d, true, same
 }
 
 // put stores d under key (which must not alias a reused buffer), evicting
@@ -114,19 +126,24 @@ func (c *cache) put(key string, d Decision) {
 	s.pushFront(e)
 }
 
-func (c *cache) stats() (hits, misses uint64) {
+func (c *cache) hits() (hits uint64) {
+	if c == nil {
+		return 0
+	}
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
 		hits += s.hits
-		misses += s.misses
 		s.mu.Unlock()
 	}
-	return hits, misses
+	return hits
 }
 
 // size reports the entries held and their cost.
 func (c *cache) size() (entries, bytes int) {
+	if c == nil {
+		return 0, 0
+	}
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()

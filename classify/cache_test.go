@@ -19,9 +19,8 @@ func TestHotStatementParsedOnce(t *testing.T) {
 			t.Fatalf("classification %d differs: %+v vs %+v", i, d, first)
 		}
 	}
-	hits, misses := c.Stats()
-	if misses != 1 || hits != n-1 {
-		t.Fatalf("Stats() = %d hits, %d misses; want %d, 1", hits, misses, n-1)
+	if st := c.Stats(); st.Misses != 1 || st.TextHits != n-1 || st.ShapeHits != 0 {
+		t.Fatalf("Stats() = %+v; want %d text hits, 1 miss", st, n-1)
 	}
 }
 
@@ -34,8 +33,15 @@ func TestCacheHitDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// The exact-text level alone: these texts differ only in constants, which
+// the shape level would answer.
+func exactOnly(o Options) *Classifier {
+	o.ShapeCacheSize = -1
+	return New(o)
+}
+
 func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
-	c := New(Options{CacheSize: 3})
+	c := exactOnly(Options{CacheSize: 3})
 	q := func(i int) string { return fmt.Sprintf("SELECT %d", i) }
 	for i := 0; i < 3; i++ {
 		c.Classify(q(i))
@@ -45,21 +51,21 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	if n, _ := c.cache.size(); n != 3 {
 		t.Fatalf("cache holds %d entries, want 3", n)
 	}
-	_, m0 := c.Stats()
+	m0 := c.Stats().Misses
 	c.Classify(q(0))
 	c.Classify(q(2))
 	c.Classify(q(3))
-	if _, m := c.Stats(); m != m0 {
+	if m := c.Stats().Misses; m != m0 {
 		t.Fatalf("recent entries were evicted: %d new misses", m-m0)
 	}
 	c.Classify(q(1))
-	if _, m := c.Stats(); m != m0+1 {
+	if m := c.Stats().Misses; m != m0+1 {
 		t.Fatalf("evicted entry was still cached")
 	}
 }
 
 func TestCacheBounded(t *testing.T) {
-	c := New(Options{CacheSize: 1000})
+	c := exactOnly(Options{CacheSize: 1000})
 	for i := 0; i < 5000; i++ {
 		c.Classify(fmt.Sprintf("SELECT %d", i))
 	}
@@ -70,7 +76,7 @@ func TestCacheBounded(t *testing.T) {
 
 func TestCacheBytesBounded(t *testing.T) {
 	const budget = 100_000
-	c := New(Options{CacheBytes: budget})
+	c := exactOnly(Options{CacheBytes: budget})
 	pad := strings.Repeat("x", 1000)
 	for i := 0; i < 1000; i++ {
 		c.Classify(fmt.Sprintf("SELECT '%s', %d", pad, i))
@@ -80,9 +86,9 @@ func TestCacheBytesBounded(t *testing.T) {
 		t.Fatalf("cache holds %d entries costing %d bytes; budget %d", n, bytes, budget)
 	}
 	// The most recent text is still there.
-	_, m0 := c.Stats()
+	m0 := c.Stats().Misses
 	c.Classify(fmt.Sprintf("SELECT '%s', %d", pad, 999))
-	if _, m := c.Stats(); m != m0 {
+	if m := c.Stats().Misses; m != m0 {
 		t.Fatal("most recent entry evicted")
 	}
 }
@@ -92,8 +98,8 @@ func TestCacheSkipsLongTexts(t *testing.T) {
 	long := "SELECT '" + strings.Repeat("x", 200) + "'"
 	c.Classify(long)
 	c.Classify(long)
-	if hits, misses := c.Stats(); hits != 0 || misses != 2 {
-		t.Fatalf("Stats() = %d, %d; want 0 hits, 2 misses", hits, misses)
+	if st := c.Stats(); st.TextHits+st.ShapeHits != 0 || st.Misses != 2 {
+		t.Fatalf("Stats() = %+v; want 0 hits, 2 misses", st)
 	}
 	if n, _ := c.cache.size(); n != 0 {
 		t.Fatalf("long text cached")
@@ -107,8 +113,8 @@ func TestCacheDisabled(t *testing.T) {
 			t.Fatal(d)
 		}
 	}
-	if hits, misses := c.Stats(); hits != 0 || misses != 3 {
-		t.Fatalf("Stats() = %d, %d; want 0, 3", hits, misses)
+	if st := c.Stats(); st.TextHits+st.ShapeHits != 0 || st.Misses != 3 {
+		t.Fatalf("Stats() = %+v; want 0 hits, 3 misses", st)
 	}
 }
 
@@ -157,8 +163,8 @@ func TestConcurrentClassify(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
-	hits, misses := c.Stats()
-	if hits+misses != uint64(8*5*len(entries)) {
-		t.Fatalf("Stats() counts %d lookups, want %d", hits+misses, 8*5*len(entries))
+	st := c.Stats()
+	if n := st.TextHits + st.ShapeHits + st.Misses; n != uint64(8*5*len(entries)) {
+		t.Fatalf("Stats() counts %d lookups, want %d", n, 8*5*len(entries))
 	}
 }

@@ -1,6 +1,7 @@
 package classify
 
 import (
+	"hash/maphash"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -166,10 +167,15 @@ type Decision struct {
 // Options configure a Classifier. The zero value is usable.
 type Options struct {
 	// CacheSize is the number of texts whose decisions are kept (LRU).
-	// 0 means 10000; negative disables the cache.
+	// 0 means 10000; negative disables the cache (both levels).
 	CacheSize int
-	// CacheBytes bounds the memory the cache holds (texts and decisions,
-	// estimated). 0 means 32 MiB.
+	// ShapeCacheSize is the number of statement shapes whose decisions are
+	// kept (shape.go): texts that differ only in constants share one.
+	// 0 means CacheSize; negative disables the shape level.
+	ShapeCacheSize int
+	// CacheBytes bounds the memory both levels hold together (texts, shape
+	// keys and decisions, estimated); the shape level takes a quarter.
+	// 0 means 32 MiB.
 	CacheBytes int
 	// MaxCachedText is the longest text (bytes) that is cached; longer ones
 	// are classified every time (bulk statements are rarely repeated and
@@ -188,9 +194,11 @@ type Options struct {
 
 // Classifier classifies query texts. It is safe for concurrent use.
 type Classifier struct {
-	cache         *cache
+	cache         *cache // by exact text; nil when disabled
+	shapes        *cache // by shape key (shape.go); nil when disabled
+	markSeed      maphash.Seed
 	maxCachedText int
-	uncached      atomic.Uint64 // misses of texts the cache does not take
+	parsed        atomic.Uint64 // classifications that parsed (the misses)
 	fns           funcLists
 	noFastPath    bool // testing knob: always take the full path
 }
@@ -214,65 +222,114 @@ func New(opts Options) *Classifier {
 		if maxBytes <= 0 {
 			maxBytes = 32 << 20
 		}
+		shapeSize := opts.ShapeCacheSize
+		if shapeSize == 0 {
+			shapeSize = size
+		}
+		if shapeSize > 0 {
+			shapeBytes := maxBytes / 4
+			maxBytes -= shapeBytes
+			c.shapes = newCache(shapeSize, shapeBytes)
+			c.markSeed = maphash.MakeSeed()
+		}
 		c.cache = newCache(size, maxBytes)
 	}
 	return c
 }
 
 // Classify returns the decision for one query text (a simple-protocol
-// Query, or the text of one Parse). Decisions are cached by exact text; a
-// hit neither parses nor allocates. The returned slices are shared.
+// Query, or the text of one Parse). Decisions are cached at two levels:
+// by exact text, where a hit neither parses nor allocates, and by shape
+// (shape.go), where a text that differs from a classified one only in
+// constants costs one normalisation instead of a parse. The returned
+// slices are shared.
 func (c *Classifier) Classify(sql string) Decision {
-	if c.cache != nil && len(sql) <= c.maxCachedText {
-		if d, ok := c.cache.get(sql); ok {
-			return d
-		}
-		d := c.decide(sql)
-		c.cache.put(strings.Clone(sql), d)
+	if c.cache == nil || len(sql) > c.maxCachedText {
+		c.parsed.Add(1)
+		d, _ := c.decide(sql)
 		return d
 	}
-	c.uncached.Add(1)
-	return c.decide(sql)
-}
-
-// Stats reports cache hits and misses (every classification that parsed).
-func (c *Classifier) Stats() (hits, misses uint64) {
-	if c.cache != nil {
-		hits, misses = c.cache.stats()
+	if d, ok := c.cache.get(sql); ok {
+		return d
 	}
-	return hits, misses + c.uncached.Load()
+	var key string
+	if c.shapes != nil {
+		if key = shapeKey(sql); key != "" {
+			d, ok, again := c.shapes.getMarked(key, maphash.String(c.markSeed, sql))
+			if ok {
+				if again {
+					// The same text twice in a row: worth an exact entry.
+					// Texts seen once (a different literal every time)
+					// stay out, so they cannot flush the exact level.
+					c.cache.put(strings.Clone(sql), d)
+				}
+				return d
+			}
+		}
+	}
+	c.parsed.Add(1)
+	d, shared := c.decide(sql)
+	c.cache.put(strings.Clone(sql), d)
+	if shared && key != "" {
+		c.shapes.put(key, d) // key is our own string (from C)
+	}
+	return d
 }
 
-// decide classifies a text without the cache.
-func (c *Classifier) decide(sql string) Decision {
+// CacheStats counts classifications by the level that answered them, and
+// the entries each level holds.
+type CacheStats struct {
+	TextHits                  uint64 // the exact text was cached
+	ShapeHits                 uint64 // a text differing only in constants was (shape.go)
+	Misses                    uint64 // parsed: first seen, not shareable, or too long to cache
+	TextEntries, ShapeEntries int
+}
+
+// Stats reports the caches' counters. Every Classify counts once.
+func (c *Classifier) Stats() CacheStats {
+	st := CacheStats{
+		TextHits:  c.cache.hits(),
+		ShapeHits: c.shapes.hits(),
+		Misses:    c.parsed.Load(),
+	}
+	st.TextEntries, _ = c.cache.size()
+	st.ShapeEntries, _ = c.shapes.size()
+	return st
+}
+
+// decide classifies a text without the cache. shared reports that the
+// decision holds for every text of the same shape (shape.go).
+func (c *Classifier) decide(sql string) (d Decision, shared bool) {
 	hints, _ := ParseHints(sql)
 	text := sql
 	escaped := !utf8.ValidString(sql)
 	if escaped {
 		var ok bool
 		if text, ok = escapeInvalidUTF8(sql); !ok {
-			return Decision{Hints: hints, Kind: KindWrite, Reason: ReasonUnclassified}
+			return Decision{Hints: hints, Kind: KindWrite, Reason: ReasonUnclassified}, false
 		}
 	}
-	d, ok := c.decideText(text)
+	d, shared, ok := c.decideText(text)
 	if !ok {
-		return Decision{Hints: hints, Kind: KindWrite, Reason: ReasonUnclassified}
+		return Decision{Hints: hints, Kind: KindWrite, Reason: ReasonUnclassified}, false
 	}
 	if escaped {
 		unescapeDecision(&d)
+		shared = false // the stand-ins depend on the literals' bytes
 	}
 	d.Hints = hints
-	return d
+	return d, shared && !d.Control
 }
 
 // decideText classifies valid UTF-8 text; ok is false when it does not
-// parse.
-func (c *Classifier) decideText(sql string) (d Decision, ok bool) {
+// parse. shared is true when every statement may be shared by shape
+// (statementShared).
+func (c *Classifier) decideText(sql string) (d Decision, shared, ok bool) {
 	d = Decision{Kind: KindRead, Reason: ReasonRead}
 	if !c.noFastPath {
 		funcs, ok, err := c.fastSelects(sql)
 		if err != nil {
-			return d, false
+			return d, false, false
 		}
 		if ok {
 			if len(funcs) > 0 {
@@ -284,20 +341,24 @@ func (c *Classifier) decideText(sql string) (d Decision, ok bool) {
 				all = append(all, f...)
 			}
 			d.Funcs = sortedUnique(all)
-			return d, true
+			// Only SELECTs calling no write function: no rule read a
+			// constant.
+			return d, true, true
 		}
 	}
 	tree, err := pg.Parse(sql)
 	if err != nil {
-		return d, false
+		return d, false, false
 	}
 	if len(tree.Stmts) == 0 {
-		return d, true // empty or only comments: the server answers EmptyQueryResponse
+		return d, false, true // empty or only comments: the server answers EmptyQueryResponse
 	}
 	d.Statements = make([]Statement, 0, len(tree.Stmts))
 	var funcs []string
+	shared = true
 	for _, raw := range tree.Stmts {
-		st := c.statement(raw.GetStmt())
+		st, sh := c.statementShared(raw.GetStmt())
+		shared = shared && sh
 		if st.Kind == KindWrite {
 			d.Kind, d.Reason = KindWrite, ReasonWrite
 		}
@@ -310,7 +371,7 @@ func (c *Classifier) decideText(sql string) (d Decision, ok bool) {
 	if d.Kind == KindRead {
 		d.Funcs = sortedUnique(funcs)
 	}
-	return d, true
+	return d, shared, true
 }
 
 func sortedUnique(s []string) []string {

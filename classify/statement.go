@@ -16,10 +16,20 @@ func write() Statement { return Statement{Kind: KindWrite, Reason: ReasonWrite} 
 
 // statement classifies one parsed statement (the Stmt of a RawStmt).
 func (c *Classifier) statement(n *pg.Node) Statement {
-	switch s := n.GetNode().(type) {
-	case nil:
-		return write() // not produced by the parser; never a read by accident
+	st, _ := c.statementShared(n)
+	return st
+}
 
+// statementShared classifies one parsed statement and reports whether the
+// classification holds for every statement that differs from it only in
+// its constants, so that it may be shared by shape (shape.go). Only the
+// plain queries qualify (SELECT, VALUES, TABLE, INSERT, UPDATE, DELETE,
+// MERGE, CALL), and only when no rule read a constant's value: their
+// classification depends on node types, function names and TEMP, never on
+// what a literal says. Everything else (SET, EXPLAIN's options, COPY's
+// file name, transaction modes, PREPARE/EXECUTE…) is never shared.
+func (c *Classifier) statementShared(n *pg.Node) (Statement, bool) {
+	switch s := n.GetNode().(type) {
 	// Queries: executed, so every function call counts.
 	case *pg.Node_SelectStmt:
 		return c.query(s.SelectStmt)
@@ -31,6 +41,17 @@ func (c *Classifier) statement(n *pg.Node) Statement {
 		return c.executed(write(), s.DeleteStmt)
 	case *pg.Node_MergeStmt:
 		return c.executed(write(), s.MergeStmt)
+	case *pg.Node_CallStmt:
+		return c.executed(write(), s.CallStmt)
+	}
+	return c.utility(n), false
+}
+
+// utility classifies every statement but the plain queries.
+func (c *Classifier) utility(n *pg.Node) Statement {
+	switch s := n.GetNode().(type) {
+	case nil:
+		return write() // not produced by the parser; never a read by accident
 
 	case *pg.Node_ExplainStmt:
 		return c.explain(s.ExplainStmt)
@@ -94,15 +115,14 @@ func (c *Classifier) statement(n *pg.Node) Statement {
 
 	// Writes whose expressions are executed (pins may hide in them).
 	case *pg.Node_CreateTableAsStmt: // CREATE TABLE AS, SELECT INTO's analysed form, CREATE MATERIALIZED VIEW
-		return c.executed(write(), s.CreateTableAsStmt)
+		st, _ := c.executed(write(), s.CreateTableAsStmt)
+		return st
 	case *pg.Node_CopyStmt:
-		st := c.executed(write(), s.CopyStmt)
+		st, _ := c.executed(write(), s.CopyStmt)
 		// COPY ... FROM STDIN puts the connection in copy-in mode, where
 		// the server accepts nothing but copy messages until CopyDone.
 		st.CopyIn = s.CopyStmt.IsFrom && s.CopyStmt.Filename == "" && !s.CopyStmt.IsProgram
 		return st
-	case *pg.Node_CallStmt:
-		return c.executed(write(), s.CallStmt)
 	case *pg.Node_DoStmt:
 		return write()
 
@@ -128,11 +148,12 @@ func (c *Classifier) statement(n *pg.Node) Statement {
 	}
 }
 
-// query classifies a SELECT (also VALUES and TABLE).
-func (c *Classifier) query(sel *pg.SelectStmt) Statement {
+// query classifies a SELECT (also VALUES and TABLE); shared is false when
+// a rule read a constant's value.
+func (c *Classifier) query(sel *pg.SelectStmt) (st Statement, shared bool) {
 	w := walker{c: c, exec: true}
 	w.walk(sel.ProtoReflect())
-	st := read()
+	st = read()
 	if w.write || w.locking || w.dml || w.into {
 		st = write()
 	}
@@ -142,18 +163,19 @@ func (c *Classifier) query(sel *pg.SelectStmt) Statement {
 	if st.Kind == KindRead {
 		st.Funcs = sortedUnique(w.funcs)
 	}
-	return st
+	return st, !w.constRead
 }
 
 // executed completes st (a write) with the pins that the statement's
-// executed expressions and created relations leave behind.
-func (c *Classifier) executed(st Statement, m proto.Message) Statement {
+// executed expressions and created relations leave behind; shared is false
+// when a rule read a constant's value.
+func (c *Classifier) executed(st Statement, m proto.Message) (_ Statement, shared bool) {
 	w := walker{c: c, exec: true}
 	w.walk(m.ProtoReflect())
 	if w.pin || w.temp {
 		st.Effect = EffectPin
 	}
-	return st
+	return st, !w.constRead
 }
 
 // explain: without ANALYZE nothing runs, so any EXPLAIN is a read; with

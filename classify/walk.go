@@ -21,6 +21,11 @@ type walker struct {
 	dml     bool // INSERT/UPDATE/DELETE/MERGE (below a SELECT: a data-modifying CTE)
 	into    bool // SELECT … INTO
 	funcs   []string
+
+	// constRead: a rule read a constant's value (set_config's is_local),
+	// so the classification does not hold for every text of the same
+	// shape (shape.go). Every rule that looks at a constant must set it.
+	constRead bool
 }
 
 func (w *walker) walk(m protoreflect.Message) {
@@ -80,9 +85,12 @@ func (w *walker) funcCall(f *pg.FuncCall) {
 	switch {
 	case fl != 0:
 		w.write = true
-		if fl&fnPin != 0 && !(strings.EqualFold(name, "set_config") && setConfigIsLocal(f.GetArgs())) {
-			w.pin = true
+		pin := fl&fnPin != 0
+		if pin && strings.EqualFold(name, "set_config") {
+			w.constRead = true // its is_local argument decides
+			pin = !setConfigIsLocal(f.GetArgs())
 		}
+		w.pin = w.pin || pin
 	case unknown:
 		w.funcs = append(w.funcs, name)
 	}

@@ -1,0 +1,319 @@
+package classify
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+func uncached(o Options) *Classifier {
+	o.CacheSize = -1
+	return New(o)
+}
+
+func TestShapeSharesLiterals(t *testing.T) {
+	for _, format := range []string{
+		"SELECT abalance FROM pgbench_accounts WHERE aid = %d;",
+		"UPDATE pgbench_accounts SET abalance = abalance + %d WHERE aid = 7;",
+		"INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 2, %d, -5, CURRENT_TIMESTAMP);",
+		"/* pg-kinetic: class=browse replica */ SELECT * FROM items WHERE id = %d AND name = 'x' LIMIT 10",
+		"SELECT f(%d), nextval('seq')",             // unknown function and a write function by name
+		"SELECT pg_advisory_xact_lock(%d)",         // a write, not a pin
+		"SELECT * FROM t WHERE id = %d FOR UPDATE", // a write
+		"CALL transfer(%d, 2, 100.5)",
+		"SELECT %d; INSERT INTO t VALUES ('a')",
+	} {
+		t.Run(format, func(t *testing.T) {
+			c := New(Options{})
+			ref := uncached(Options{})
+			const n = 50
+			for i := range n {
+				sql := fmt.Sprintf(format, i*7919)
+				if got, want := c.Classify(sql), ref.Classify(sql); !reflect.DeepEqual(got, want) {
+					t.Fatalf("%q:\n got %s want %s", sql, describe(got), describe(want))
+				}
+			}
+			st := c.Stats()
+			if st.Misses != 1 || st.ShapeHits != n-1 || st.TextHits != 0 || st.ShapeEntries != 1 {
+				t.Fatalf("Stats() = %+v; want 1 miss, %d shape hits, 1 shape entry", st, n-1)
+			}
+		})
+	}
+}
+
+// TestShapeNeverSharesConstantDependent: texts whose decision depends, or
+// may depend, on a constant's value are each classified by their own
+// parse, never served from the shape level.
+func TestShapeNeverSharesConstantDependent(t *testing.T) {
+	groups := [][]string{
+		{"SET search_path = 'a'", "SET search_path = 'b'", "SET search_path = 'pg_temp'"},
+		{"SET statement_timeout = 5", "SET statement_timeout = 6000"},
+		{"SET LOCAL work_mem = '4MB'", "SET LOCAL work_mem = '8MB'"},
+		{"SET transaction_read_only = 'on'", "SET transaction_read_only = 'off'", "SET transaction_read_only = 0"},
+		{"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "SET TIME ZONE INTERVAL '+02:00' HOUR TO MINUTE"},
+		{"RESET work_mem", "SET work_mem TO DEFAULT"},
+		{
+			"SELECT set_config('search_path', 'a', false)", "SELECT set_config('search_path', 'b', false)",
+			"SELECT set_config('search_path', 'a', true)", "SELECT set_config('search_path', 'a', 'on')",
+			"SELECT set_config('search_path', 'a', 'off')", "SELECT 1 FROM t WHERE set_config('x.y', '1', true) = '1'",
+		},
+		{"EXPLAIN (ANALYZE true) DELETE FROM t WHERE id = 1", "EXPLAIN (ANALYZE false) DELETE FROM t WHERE id = 1", "EXPLAIN (ANALYZE 'off') DELETE FROM t WHERE id = 2", "EXPLAIN (ANALYZE 0) DELETE FROM t WHERE id = 3"},
+		{"EXPLAIN SELECT * FROM t WHERE id = 1", "EXPLAIN SELECT * FROM t WHERE id = 2"},
+		{"COPY t FROM 'a.csv'", "COPY t FROM 'b.csv'", "COPY t FROM ''"},
+		{"PREPARE p AS SELECT 1", "PREPARE p AS SELECT 2", "EXECUTE p(1)", "EXECUTE p(2)", "EXECUTE p(nextval('s'))"},
+		{"DECLARE c CURSOR FOR SELECT 1", "DECLARE c CURSOR FOR SELECT 2", "DECLARE c CURSOR WITH HOLD FOR SELECT 3"},
+		{"BEGIN ISOLATION LEVEL SERIALIZABLE, READ ONLY", "START TRANSACTION READ WRITE"},
+		{"SELECT pg_advisory_lock(1)", "SELECT pg_advisory_lock(2)"}, // a pin: Effect set
+		{"CREATE TEMP TABLE x AS SELECT 1", "CREATE TEMP TABLE x AS SELECT 2"},
+		{"SELECT 1 INTO TEMP x", "SELECT 2 INTO TEMP x"},
+		{"ALTER TABLE t ALTER COLUMN a SET DEFAULT 1", "ALTER TABLE t ALTER COLUMN a SET DEFAULT 2"},
+		{"NOTIFY ch, 'a'", "NOTIFY ch, 'b'"},
+		{"DO 'BEGIN NULL; END'", "DO 'BEGIN PERFORM 1; END'"},
+		// Declined: parameters, dollar quotes, invalid UTF-8, NUL.
+		{"SELECT * FROM t WHERE id = $1 AND n = 1", "SELECT * FROM t WHERE id = $1 AND n = 2"},
+		{"SELECT $$a$$, 1", "SELECT $$b$$, 2"},
+		{"SELECT 'caf\xe9', 1", "SELECT 'caf\xe8', 2"},
+		{"SELECT 1\x00x", "SELECT 2\x00x"},
+	}
+	for _, g := range groups {
+		c := New(Options{})
+		ref := uncached(Options{})
+		for _, sql := range g {
+			if got, want := c.Classify(sql), ref.Classify(sql); !reflect.DeepEqual(got, want) {
+				t.Errorf("%q:\n got %s want %s", sql, describe(got), describe(want))
+			}
+		}
+		if st := c.Stats(); st.ShapeHits != 0 || st.ShapeEntries != 0 {
+			t.Errorf("%q: Stats() = %+v; want no shape hits or entries", g, st)
+		}
+	}
+}
+
+// TestShapeDistinct: texts that share a shape entry only with texts of
+// exactly their hints and type modifiers.
+func TestShapeDistinct(t *testing.T) {
+	groups := [][]string{
+		// Hints: different words never share (comments are kept in the key).
+		{
+			"/* pg-kinetic: class=a */ SELECT * FROM t WHERE id = 1",
+			"/* pg-kinetic: class=b */ SELECT * FROM t WHERE id = 1",
+			"/* pg-kinetic: class=c */ SELECT * FROM t WHERE id = 2",
+			"/* pg-kinetic: min_lsn=0/16B3748 */ SELECT * FROM t WHERE id = 3",
+			"/* pg-kinetic: min_lsn=0/16B3750 */ SELECT * FROM t WHERE id = 4",
+			"/* pg-kinetic: primary */ SELECT * FROM t WHERE id = 5",
+			"/* pg-kinetic: stale-ok */ SELECT * FROM t WHERE id = 6",
+			"/* pg-kinetic: strict-fresh bogus */ SELECT * FROM t WHERE id = 7",
+			"/* not a hint */ SELECT * FROM t WHERE id = 8",
+			"SELECT * FROM t WHERE id = 9 /* pg-kinetic: primary */",
+		},
+		// The grammar rejects some constants: float precision is a type
+		// modifier, kept in the key, and an error fails Normalize.
+		{"SELECT x::float(5) FROM t WHERE a = 1", "SELECT x::float(0) FROM t WHERE a = 1", "SELECT x::float(54) FROM t WHERE a = 1"},
+		{"SELECT U&'d\\0061t' UESCAPE '\\', 1", "SELECT U&'d!0061t' UESCAPE '!', 2", "SELECT U&'d!0061t' UESCAPE 'ab', 3"},
+	}
+	for _, g := range groups {
+		c := New(Options{})
+		ref := uncached(Options{})
+		for _, sql := range g {
+			if got, want := c.Classify(sql), ref.Classify(sql); !reflect.DeepEqual(got, want) {
+				t.Errorf("%q:\n got %s want %s", sql, describe(got), describe(want))
+			}
+		}
+		if st := c.Stats(); st.ShapeHits != 0 {
+			t.Errorf("%q: Stats() = %+v; want no shape hits", g, st)
+		}
+	}
+}
+
+// TestShapeHintsExact: texts of one shape with one hint comment share a
+// decision, hints included; the hint comment is part of the key.
+func TestShapeHintsExact(t *testing.T) {
+	c := New(Options{})
+	a := c.Classify("/* pg-kinetic: class=reports min_lsn=1:0/16B3748 replica */ SELECT * FROM t WHERE id = 1")
+	b := c.Classify("/* pg-kinetic: class=reports min_lsn=1:0/16B3748 replica */ SELECT * FROM t WHERE id = 2")
+	if st := c.Stats(); st.ShapeHits != 1 {
+		t.Fatalf("Stats() = %+v; want 1 shape hit", st)
+	}
+	want := Hints{Class: "reports", MinLSN: "1:0/16B3748", Replica: true}
+	if !reflect.DeepEqual(a.Hints, want) || !reflect.DeepEqual(b.Hints, want) {
+		t.Fatalf("hints %+v, %+v; want %+v", a.Hints, b.Hints, want)
+	}
+	d := c.Classify("/* pg-kinetic: class=report min_lsn=1:0/16B3748 replica */ SELECT * FROM t WHERE id = 3")
+	if d.Hints.Class != "report" {
+		t.Fatalf("class %q served from another hint's entry", d.Hints.Class)
+	}
+	if st := c.Stats(); st.ShapeHits != 1 {
+		t.Fatalf("Stats() = %+v; a different hint was served from the shape level", st)
+	}
+}
+
+func TestShapeKey(t *testing.T) {
+	for _, tc := range []struct{ sql, key string }{
+		{"SELECT abalance FROM pgbench_accounts WHERE aid = 48213;", "SELECT abalance FROM pgbench_accounts WHERE aid = $1;"},
+		{"/* pg-kinetic: class=a */ SELECT 'x', -5 -- c\n", "/* pg-kinetic: class=a */ SELECT $1, $2 -- c\n"},
+		{"SELECT x::varchar(5) FROM t ORDER BY 1", ""}, // no constant to replace
+		{"SELECT * FROM t", ""},
+		{"SELECT $1, 5", ""},
+		{"SELECT 'a$b'", ""},
+		{"SELECT 5\x00", ""},
+		{"SELECT '\xff'", ""},
+		{"SELECT FROM WHERE 5", ""}, // does not parse
+		{"", ""},
+	} {
+		if got := shapeKey(tc.sql); got != tc.key {
+			t.Errorf("shapeKey(%q) = %q, want %q", tc.sql, got, tc.key)
+		}
+	}
+}
+
+// TestShapePromotesRepeats: a text answered by the shape level twice in a
+// row gets an exact entry; texts seen once do not.
+func TestShapePromotesRepeats(t *testing.T) {
+	c := New(Options{})
+	c.Classify("SELECT * FROM t WHERE id = 1") // parsed: an exact and a shape entry
+	for i := 2; i < 10; i++ {
+		c.Classify(fmt.Sprintf("SELECT * FROM t WHERE id = %d", i))
+	}
+	if st := c.Stats(); st.TextEntries != 1 || st.ShapeHits != 8 {
+		t.Fatalf("Stats() = %+v; want 1 text entry, 8 shape hits", st)
+	}
+	c.Classify("SELECT * FROM t WHERE id = 9") // the same text again: promoted
+	c.Classify("SELECT * FROM t WHERE id = 9") // an exact hit
+	if st := c.Stats(); st.TextEntries != 2 || st.ShapeHits != 9 || st.TextHits != 1 || st.Misses != 1 {
+		t.Fatalf("Stats() = %+v; want 2 text entries, 9 shape hits, 1 text hit, 1 miss", st)
+	}
+}
+
+func TestShapeDisabled(t *testing.T) {
+	c := New(Options{ShapeCacheSize: -1})
+	c.Classify("SELECT 1")
+	c.Classify("SELECT 2")
+	if st := c.Stats(); st.Misses != 2 || st.ShapeHits != 0 {
+		t.Fatalf("Stats() = %+v; want 2 misses", st)
+	}
+}
+
+// literalPool holds constants of every kind, and the values that the
+// classifier's constant-reading rules look at.
+var literalPool = []string{
+	"0", "1", "-1", "42", "2147483647", "2147483648", "99999999999999999999", "1.5", "-0.5", "5e3",
+	"'x'", "''", "'on'", "'off'", "'true'", "'false'", "'t'", "'f'", "'0'", "'1'", "'yes'", "'no'",
+	"'it''s'", "'a\"b'", "'pg_temp'", "'search_path'", "'/* pg-kinetic: primary */'", "'--'", "'$1'",
+	"E'\\n'", "e'\\''", "B'101'", "X'ff'", "U&'\\0061'", "N'x'", "'a'\n'b'",
+	"TRUE", "FALSE", "NULL", "DEFAULT", "x", "$1", "$$q$$",
+}
+
+// literalSpans returns the spans of sql's constants as the real lexer
+// sees them.
+func literalSpans(sql string) [][2]int {
+	res, err := pg.Scan(sql)
+	if err != nil {
+		return nil
+	}
+	var spans [][2]int
+	for _, tok := range res.GetTokens() {
+		switch tok.GetToken() {
+		case pg.Token_ICONST, pg.Token_FCONST, pg.Token_SCONST, pg.Token_BCONST, pg.Token_XCONST,
+			pg.Token_USCONST, pg.Token_TRUE_P, pg.Token_FALSE_P, pg.Token_NULL_P:
+			if s, e := int(tok.GetStart()), int(tok.GetEnd()); 0 <= s && s < e && e <= len(sql) {
+				spans = append(spans, [2]int{s, e})
+			}
+		}
+	}
+	return spans
+}
+
+// substitute replaces sql's constants: mostly by one of the same kind
+// (numbers by numbers, strings by strings), sometimes by anything in the
+// pool, so that the variant usually has the same shape.
+func substitute(sql string, spans [][2]int, r *rand.Rand) string {
+	var b strings.Builder
+	last := 0
+	for _, sp := range spans {
+		b.WriteString(sql[last:sp[0]])
+		old := sql[sp[0]:sp[1]]
+		var lit string
+		switch {
+		case r.IntN(4) == 0:
+			lit = literalPool[r.IntN(len(literalPool))]
+		case old[0] >= '0' && old[0] <= '9' || old[0] == '.':
+			lit = literalPool[r.IntN(10)]
+		case old[0] == '\'':
+			lit = literalPool[10+r.IntN(19)]
+		default:
+			lit = old
+		}
+		b.WriteString(lit)
+		last = sp[1]
+	}
+	b.WriteString(sql[last:])
+	return b.String()
+}
+
+// TestShapeLiteralSubstitution is the property the shape level rests on:
+// for every corpus text and random replacements of its constants, a
+// classifier that has seen the original (and so may answer from the shape
+// level) agrees with an uncached one.
+func TestShapeLiteralSubstitution(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	variants := 12
+	if testing.Short() {
+		variants = 3
+	}
+	var shapeHits uint64
+	for _, e := range loadCorpus(t) {
+		_, _, opts, err := expected(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := corpusOptions[opts]
+		c, ref := New(o), uncached(o)
+		c.Classify(e.sql)
+		spans := literalSpans(e.sql)
+		if len(spans) == 0 {
+			continue
+		}
+		for range variants {
+			v := substitute(e.sql, spans, r)
+			if got, want := c.Classify(v), ref.Classify(v); !reflect.DeepEqual(got, want) {
+				t.Errorf("corpus.txt:%d: variant %q of %q:\n cached %s uncached %s", e.line, v, e.sql, describe(got), describe(want))
+			}
+		}
+		shapeHits += c.Stats().ShapeHits
+	}
+	t.Logf("%d variants answered by the shape level", shapeHits)
+	if shapeHits < 500 && !testing.Short() {
+		t.Errorf("only %d shape hits: the property is hardly exercised", shapeHits)
+	}
+}
+
+// FuzzShape: a text classified after another one (which may have left a
+// shape entry) gets the decision an uncached classifier gives it. The
+// second text is the first with its constants replaced (pick seeds the
+// choice), or, when the fuzzer makes one, any other text.
+func FuzzShape(f *testing.F) {
+	for i, e := range loadCorpus(f) {
+		f.Add(e.sql, uint64(i), "")
+	}
+	f.Add("SELECT * FROM t WHERE a = 1", uint64(0), "SELECT * FROM t WHERE a = 'x'")
+	f.Add("SELECT set_config('a', 'b', true)", uint64(0), "SELECT set_config('a', 'b', false)")
+	f.Fuzz(func(t *testing.T, sql string, pick uint64, other string) {
+		if len(sql) > 4096 || len(other) > 4096 {
+			return
+		}
+		if other == "" {
+			other = substitute(sql, literalSpans(sql), rand.New(rand.NewPCG(pick, pick>>32)))
+		}
+		c := New(Options{})
+		c.Classify(sql)
+		got := c.Classify(other)
+		checkDecision(t, other, got)
+		if want := uncached(Options{}).Classify(other); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q after %q:\n cached %s uncached %s", other, sql, describe(got), describe(want))
+		}
+	})
+}
