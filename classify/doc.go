@@ -14,10 +14,17 @@
 // volatility.
 //
 // Decisions are pure functions of the text and the Options: no I/O, no
-// clock. They are cached by exact text in a bounded, sharded LRU; a hit
-// neither parses nor allocates. A Classifier is safe for concurrent use;
-// nothing blocks but a short shard mutex. Returned Decisions share their
-// slices with the cache and must not be modified.
+// clock. They are cached at two levels, each a bounded, sharded LRU: by
+// exact text, where a hit neither parses nor allocates; and by shape
+// (shape.go), the text with its constants replaced by pg_query's
+// normaliser, so that a statement sent with different literals costs one
+// normalisation instead of a parse. Only decisions that cannot depend on a
+// constant's value are shared by shape (plain queries; never SET,
+// set_config, EXPLAIN options, COPY, PREPARE/EXECUTE…); hint comments are
+// part of the shape. Stats counts the answers of each level. A Classifier
+// is safe for concurrent use; nothing blocks but a short shard mutex.
+// Returned Decisions share their slices with the cache and must not be
+// modified.
 //
 // A miss costs one parse. Plain SELECTs are answered from pg_query's JSON
 // output (fastpath.go), a few times cheaper than its protobuf tree; every
