@@ -248,9 +248,6 @@ func (ss *session) serverToClient(l *link) error {
 				l.rfqs++
 				l.swallow = l.swallow[1:]
 				ss.mu.Unlock()
-				if ss.txPool && ss.releaseIdle(l) {
-					return errReleased
-				}
 			}
 			if srv.R.Buffered() == 0 {
 				// Client messages relayed before the dropped ones may still
@@ -260,6 +257,9 @@ func (ss *session) serverToClient(l *link) error {
 					ss.w.Flush()
 				}
 				ss.wmu.Unlock()
+			}
+			if endInjected && ss.txPool && ss.releaseIdle(l) {
+				return errReleased
 			}
 			continue
 		}
@@ -422,6 +422,13 @@ func (ss *session) releaseIdle(l *link) bool {
 		ss.cur = nil
 	}
 	ss.mu.Unlock()
+	// What was relayed must not wait for a server message that will not
+	// come to this reader any more.
+	ss.wmu.Lock()
+	if ss.w.Buffered() > 0 {
+		ss.w.Flush()
+	}
+	ss.wmu.Unlock()
 	l.pool.Release(l.conn)
 	return true
 }
