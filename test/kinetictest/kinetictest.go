@@ -6,6 +6,7 @@ package kinetictest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -112,7 +113,8 @@ func TOML(c *pgtest.Cluster, p Params) string {
 		p.PoolSize = 4
 	}
 	if p.PoolMode == "" {
-		p.PoolMode = "session"
+		// KINETIC_TEST_POOL_MODE runs a whole suite in another pool mode.
+		p.PoolMode = cmp.Or(os.Getenv("KINETIC_TEST_POOL_MODE"), "session")
 	}
 	if p.AcquireTimeout == 0 {
 		p.AcquireTimeout = 2000
