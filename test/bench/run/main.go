@@ -310,11 +310,22 @@ func progressLine(r result) string {
 // the result (FAILED with its first error line); only trouble with the
 // benchmark itself (servers, temp files, Ctrl-C) is an error.
 func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks int64) (result, error) {
+	var in *instance
+	// A failed run is a result; the table keeps pgbench's first error line
+	// and stderr gets the proxy's last words.
 	fail := func(err error) (result, error) {
 		if ctx.Err() != nil {
 			return result{}, context.Cause(ctx)
 		}
-		line, _, _ := strings.Cut(err.Error(), "\n")
+		if in != nil && in.proc != nil {
+			if log := strings.TrimSpace(tail(in.proc.logFile, 10)); log != "" {
+				fmt.Fprintf(os.Stderr, "bench: %s failed (%v); tail of its log:\n%s\n", t.name, err, log)
+			}
+		}
+		line, more, _ := strings.Cut(err.Error(), "\n")
+		if more != "" {
+			fmt.Fprintf(os.Stderr, "bench: %s failed:\n%v\n", t.name, err)
+		}
 		return result{err: line}, nil
 	}
 	if err := b.waitDrained(ctx); err != nil {
@@ -324,7 +335,7 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 	if err != nil {
 		return result{}, err
 	}
-	in, err := b.start(ctx, t, c.clients)
+	in, err = b.start(ctx, t, c.clients)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %s did not start: %v\n", t.name, err)
 		return fail(err)
@@ -344,7 +355,10 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 	if o.warmup > 0 {
 		warm := br
 		warm.seconds = o.warmup
-		if _, err := warm.run(ctx); err != nil {
+		// Only pgbench's own failures count: a warm-up on a busy machine
+		// may end before a transaction completes, and print no summary.
+		var pe *errPgbench
+		if _, err := warm.run(ctx); errors.As(err, &pe) {
 			return fail(err)
 		}
 	}

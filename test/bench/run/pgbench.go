@@ -183,6 +183,11 @@ var (
 // script: with several scripts pgbench reports each one's transactions.
 func parseReport(out string) (pgbenchReport, error) {
 	var rep pgbenchReport
+	// pgbench stops its summary before the tps line when no transaction
+	// completed.
+	if m := reTxns.FindStringSubmatch(out); m != nil && m[1] == "0" {
+		return rep, errors.New("pgbench processed no transactions")
+	}
 	m := reTPS.FindStringSubmatch(out)
 	if m == nil {
 		return rep, errors.New("pgbench printed no tps line")

@@ -60,6 +60,7 @@ func TestParseReport(t *testing.T) {
 		{name: "select-only@9 + simple-update@1", out: twoScripts, tps: 333.3, txns: 1000, queries: 900 + 5*100, failed: 2},
 		{name: "unknown script", out: strings.Replace(oneScript, "select only", "my script", 1), err: `unknown built-in script "my script"`},
 		{name: "no tps", out: "pgbench: error: connection refused\n", err: "no tps line"},
+		{name: "nothing done", out: "duration: 1 s\nnumber of transactions actually processed: 0\n", err: "no transactions"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep, err := parseReport(tc.out)
