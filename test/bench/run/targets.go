@@ -190,7 +190,9 @@ stats_period = 60
 	if err := b.writeFiles(dir, map[string]string{"pgbouncer.ini": ini, "userlist.txt": users}); err != nil {
 		return nil, err
 	}
-	return b.spawn(dir, b.cred, pgbouncerBin, filepath.Join(dir, "pgbouncer.ini"))
+	// SIGTERM is PgBouncer 1.18's immediate shutdown (SIGINT would wait for
+	// clients).
+	return b.spawn(dir, b.cred, syscall.SIGTERM, pgbouncerBin, filepath.Join(dir, "pgbouncer.ini"))
 }
 
 func (b *bench) startPgpool(dir, addr string, clients int) (*proc, error) {
@@ -278,7 +280,8 @@ log_per_node_statement = off
 	if err := b.writeFiles(dir, files); err != nil {
 		return nil, err
 	}
-	return b.spawn(dir, b.cred, pgpoolBin, "-n", "-D",
+	// SIGINT is pgpool's fast shutdown.
+	return b.spawn(dir, b.cred, syscall.SIGINT, pgpoolBin, "-n", "-D",
 		"-f", filepath.Join(dir, "pgpool.conf"),
 		"-F", filepath.Join(dir, "pcp.conf"),
 		"-a", filepath.Join(dir, "pool_hba.conf"))
@@ -301,7 +304,7 @@ func (b *bench) startKineticd(dir, addr string, t target, clients int) (*proc, e
 		return nil, err
 	}
 	// kineticd needs no particular user; it runs as we do.
-	return b.spawn(dir, nil, b.kineticd, "--config", filepath.Join(dir, "kineticd.toml"))
+	return b.spawn(dir, nil, syscall.SIGTERM, b.kineticd, "--config", filepath.Join(dir, "kineticd.toml"))
 }
 
 // writeFiles writes name→content into dir, readable by the proxy's user only.
@@ -322,15 +325,17 @@ func (b *bench) writeFiles(dir string, files map[string]string) error {
 type proc struct {
 	cmd     *exec.Cmd
 	logFile string
-	done    chan struct{} // closed when cmd.Wait returned
+	stopSig syscall.Signal // asks for a prompt shutdown
+	done    chan struct{}  // closed when cmd.Wait returned
 	err     error
 }
 
-// spawn starts bin as cred (nil: as we are) in dir with output to dir/log.
+// spawn starts bin as cred (nil: as we are) in dir with output to dir/log;
+// stopSig is the signal that makes it shut down without waiting for clients.
 // The process leads its own group, so a terminal's Ctrl-C reaches only us
 // and stop can signal every process the proxy forked; it gets SIGKILL if
 // this program dies without stopping it.
-func (b *bench) spawn(dir string, cred *syscall.Credential, bin string, args ...string) (*proc, error) {
+func (b *bench) spawn(dir string, cred *syscall.Credential, stopSig syscall.Signal, bin string, args ...string) (*proc, error) {
 	logFile := filepath.Join(dir, "log")
 	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -345,7 +350,7 @@ func (b *bench) spawn(dir string, cred *syscall.Credential, bin string, args ...
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	p := &proc{cmd: cmd, logFile: logFile, done: make(chan struct{})}
+	p := &proc{cmd: cmd, logFile: logFile, stopSig: stopSig, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -364,21 +369,15 @@ func (p *proc) exited() bool {
 	}
 }
 
-// stop asks the proxy to shut down (SIGTERM: PgBouncer 1.18 and kineticd
-// exit at once or after their clients left; SIGINT would make PgBouncer wait)
-// and SIGINT for pgpool's fast shutdown, then kills the process group.
+// stop asks the proxy to shut down, waits up to 10 s, then kills its
+// process group, which also ends whatever it forked (pgpool's children).
 func (p *proc) stop() error {
 	pgid := p.pid()
-	sig := syscall.SIGTERM
-	if filepath.Base(p.cmd.Path) == "pgpool" {
-		sig = syscall.SIGINT
-	}
-	_ = syscall.Kill(pgid, sig)
+	_ = syscall.Kill(pgid, p.stopSig)
 	select {
 	case <-p.done:
 	case <-time.After(10 * time.Second):
 	}
-	// Whatever the proxy forked and left behind (pgpool children) goes too.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	select {
 	case <-p.done:
