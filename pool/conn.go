@@ -38,10 +38,13 @@ type Conn struct {
 	// outlives one holder. The pool never reads it; a reset clears it.
 	State any
 
-	raw      net.Conn
-	pool     *Pool
-	idleFrom time.Time
-	broken   bool
+	raw       net.Conn
+	rc        syscall.RawConn // for alive, made on first use
+	peek      func(fd uintptr) bool
+	peekAlive bool
+	pool      *Pool
+	idleFrom  time.Time
+	broken    bool
 }
 
 // Dialer opens server connections.
@@ -157,32 +160,39 @@ func (c *Conn) alive() bool {
 	if c.R.Buffered() > 0 {
 		return false
 	}
-	nc := c.raw
-	if tc, ok := nc.(*tls.Conn); ok {
-		nc = tc.NetConn()
-	}
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return true
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	alive := true
-	var buf [1]byte
-	err = rc.Read(func(fd uintptr) bool {
-		n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case n == 0 && rerr == nil: // orderly shutdown by the server
-			alive = false
-		case n > 0: // unexpected data: a FATAL error before close
-			alive = false
-		case rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK:
-		default:
-			alive = false
+	if c.rc == nil {
+		nc := c.raw
+		if tc, ok := nc.(*tls.Conn); ok {
+			nc = tc.NetConn()
 		}
-		return true
-	})
-	return err == nil && alive
+		sc, ok := nc.(syscall.Conn)
+		if !ok {
+			return true
+		}
+		rc, err := sc.SyscallConn()
+		if err != nil {
+			return false
+		}
+		c.rc = rc
+		c.peek = c.peekFD
+	}
+	c.peekAlive = true
+	return c.rc.Read(c.peek) == nil && c.peekAlive
+}
+
+// peekFD is alive's raw read: one non-blocking MSG_PEEK. It is bound to
+// c once (Conn.peek) so a check allocates nothing.
+func (c *Conn) peekFD(fd uintptr) bool {
+	var buf [1]byte
+	n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	switch {
+	case n == 0 && rerr == nil: // orderly shutdown by the server
+		c.peekAlive = false
+	case n > 0: // unexpected data: a FATAL error before close
+		c.peekAlive = false
+	case rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK:
+	default:
+		c.peekAlive = false
+	}
+	return true
 }

@@ -24,11 +24,11 @@ import (
 // counts it for SHOW ROUTES.
 func (ss *session) setLastRoute(target, reason, lag, class string) {
 	ss.mu.Lock()
-	ss.lastRoute = "target=" + target + " reason=" + reason + " lag_ms=" + lag
+	ss.last = lastRoute{target: target, reason: reason, lag: lag}
 	ss.unitStart, ss.unitTarget = time.Now(), target
 	ss.mu.Unlock()
 	if ss.route != nil {
-		ss.srv.countDecision(ss.route.Name, class, target)
+		ss.decisionCounter(class, target).Add(1)
 		ss.srv.metrics.RouteDecision(ss.route.Name, class, target, reason)
 		if target == targetRejected {
 			ss.srv.metrics.RejectedRead(ss.route.Name, reason)
@@ -42,14 +42,33 @@ func (ss *session) setLastRoute(target, reason, lag, class string) {
 	}
 }
 
-// countDecision counts a routing decision by route, class and target.
-func (s *Server) countDecision(route, class, target string) {
-	key := route + "\x00" + class + "\x00" + target
-	v, ok := s.decisions.Load(key)
-	if !ok {
-		v, _ = s.decisions.LoadOrStore(key, new(atomic.Uint64))
+// lastRoute is what SHOW pg_kinetic.last_route reports, kept in parts so
+// recording it costs no allocation per unit.
+type lastRoute struct{ target, reason, lag string }
+
+func (r lastRoute) String() string {
+	return "target=" + r.target + " reason=" + r.reason + " lag_ms=" + r.lag
+}
+
+// decisionCounter is the server-wide counter of decisions by the session's
+// route, class and target, remembered by the session so that counting
+// costs no lookup of a composed key per unit.
+func (ss *session) decisionCounter(class, target string) *atomic.Uint64 {
+	k := [2]string{class, target}
+	if c, ok := ss.counters[k]; ok {
+		return c
 	}
-	v.(*atomic.Uint64).Add(1)
+	if ss.counters == nil {
+		ss.counters = map[[2]string]*atomic.Uint64{}
+	}
+	key := ss.route.Name + "\x00" + class + "\x00" + target
+	v, ok := ss.srv.decisions.Load(key)
+	if !ok {
+		v, _ = ss.srv.decisions.LoadOrStore(key, new(atomic.Uint64))
+	}
+	c := v.(*atomic.Uint64)
+	ss.counters[k] = c
+	return c
 }
 
 func (s *Server) decisionCount(route, class, target string) uint64 {
@@ -253,7 +272,7 @@ func (c consoleSource) Clients() []admin.ClientRow {
 	for _, ss := range sessions {
 		ss.mu.Lock()
 		row := admin.ClientRow{ID: ss.id, User: ss.user, Database: ss.database, Addr: ss.conn.RemoteAddr().String(),
-			LastRoute: ss.lastRoute, ConnectedAt: ss.connected, State: "idle"}
+			LastRoute: ss.lastRouteText(), ConnectedAt: ss.connected, State: "idle"}
 		if ss.pending > 0 {
 			row.State = "active"
 		} else if ss.tx != 'I' {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -671,33 +672,54 @@ func (ss *session) linkFor(d decision) *link {
 // analyze classifies a batch's statements into what the router needs.
 func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 	u := unitInfo{read: true}
-	var ds []*classified
+	// The previous unit's records are reused: nothing holds them past
+	// routeBatch.
+	for _, c := range ss.classified {
+		*c = classified{}
+	}
+	ds := ss.classified[:0]
+	defer func() { ss.classified = ds }()
 	if oversized {
 		u.read, u.reason = false, reasonUnclassified
 	}
-	local := map[string]string{} // statements parsed in this batch
+	var local map[string]string // statements parsed in this batch
 	routingOff := ss.routingMode() == config.RoutingOff
 	use := func(query string) {
+		var c *classified
+		if len(ds) < cap(ds) {
+			c = ds[:len(ds)+1][len(ds)]
+		}
+		if c == nil {
+			c = new(classified)
+		}
+		c.text = query
+		ds = append(ds, c)
 		if routingOff {
 			// Every unit goes to the primary: nothing to classify (the
 			// proxy still answers SHOW pg_kinetic.last_route by its text).
-			ds = append(ds, &classified{text: query})
 			return
 		}
-		c := &classified{text: query, Decision: ss.classifier.Classify(query)}
-		ds = append(ds, c)
+		c.Decision = ss.classifier.Classify(query)
 		ss.merge(&u, &c.Decision, len(ds) == 1)
 	}
 	for _, m := range b.msgs {
 		body := b.body(m)
 		switch m.typ {
 		case 'Q':
-			use(string(body[:max(len(body)-1, 0)]))
+			text := body[:max(len(body)-1, 0)]
+			if routingOff && !mayBeShow(text) {
+				use("") // only SHOW pg_kinetic.* needs the text
+				continue
+			}
+			use(string(text))
 		case 'P':
 			name, query, err := parseNames(body)
 			if err != nil {
 				u.read, u.reason = false, reasonUnclassified
 				continue
+			}
+			if local == nil {
+				local = map[string]string{}
 			}
 			local[name] = query
 			use(query)
@@ -723,6 +745,13 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 		}
 	}
 	return u, ds
+}
+
+// mayBeShow reports whether a simple query may be a SHOW (its first word,
+// after blanks, starts with "show" in any case).
+func mayBeShow(q []byte) bool {
+	q = bytes.TrimLeft(q, " \t\r\n\f\v")
+	return len(q) >= 4 && bytes.EqualFold(q[:4], []byte("show"))
 }
 
 // merge folds one statement string's classification into the unit.

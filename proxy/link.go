@@ -357,9 +357,11 @@ func (ss *session) serverToClient(l *link) error {
 			}
 		default:
 			err = wire.Copy(ss.w, srv.R, h.Len)
-			var we *wire.WriteError
-			if errors.As(err, &we) {
-				werr, err = we.Err, nil
+			if err != nil {
+				var we *wire.WriteError
+				if errors.As(err, &we) {
+					werr, err = we.Err, nil
+				}
 			}
 		}
 		if werr == nil && err == nil && srv.R.Buffered() == 0 {

@@ -46,7 +46,7 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 	if isShow(d.text, "pg_kinetic.last_route") {
 		ss.waitIdle()
 		ss.mu.Lock()
-		route := ss.lastRoute
+		route := ss.lastRouteText()
 		ss.mu.Unlock()
 		if route == "" {
 			route = "target= reason= lag_ms="
@@ -173,8 +173,20 @@ func (ss *session) sendRows(column, value, tag string) error {
 // trailing semicolon). The classifier has already parsed the text; this
 // only compares the words.
 func isShow(text, name string) bool {
-	f := strings.Fields(strings.TrimRight(strings.TrimSpace(text), ";"))
-	return len(f) == 2 && strings.EqualFold(f[0], "show") && strings.EqualFold(f[1], name)
+	s := strings.TrimSpace(strings.TrimRight(strings.TrimSpace(text), ";"))
+	if len(s) < 5 || !strings.EqualFold(s[:4], "show") {
+		return false
+	}
+	rest := strings.TrimLeft(s[4:], " \t\r\n\f\v")
+	return len(rest) < len(s)-4 && strings.EqualFold(rest, name)
+}
+
+// lastRouteText is SHOW pg_kinetic.last_route's value. Callers hold ss.mu.
+func (ss *session) lastRouteText() string {
+	if ss.last.target == "" {
+		return ""
+	}
+	return ss.last.String()
 }
 
 func firstWord(s string) string {

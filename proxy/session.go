@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -49,10 +50,11 @@ type session struct {
 
 	// Routing state owned by the session goroutine.
 	classifier  *classify.Classifier
-	stream      *link    // a routed batch still open (ended by Flush): its messages follow
-	streamUnit  unitInfo // what the router knew of that unit
-	captureDebt bool     // a COPY FROM STDIN unit still owes its position query
-	deferred    string   // a plain BEGIN answered locally, not yet sent to a server
+	stream      *link         // a routed batch still open (ended by Flush): its messages follow
+	streamUnit  unitInfo      // what the router knew of that unit
+	captureDebt bool          // a COPY FROM STDIN unit still owes its position query
+	classified  []*classified // analyze's records, reused unit after unit
+	deferred    string        // a plain BEGIN answered locally, not yet sent to a server
 
 	mu       sync.Mutex
 	cond     *sync.Cond       // on mu: signalled at ReadyForQuery, link failure and kill
@@ -79,7 +81,8 @@ type session struct {
 	sqlPrepared map[string]sqlPrep  // SQL-level PREPARE name -> statement
 	effects     []effect            // of the unit in progress, applied when it ends well
 
-	lastRoute  string // SHOW pg_kinetic.last_route (under mu)
+	last       lastRoute                    // SHOW pg_kinetic.last_route (under mu)
+	counters   map[[2]string]*atomic.Uint64 // decisionCounter (session goroutine)
 	unitStart  time.Time
 	unitTarget string
 	connected  time.Time

@@ -80,11 +80,12 @@ func Discard(r *bufio.Reader, n int) error {
 }
 
 // WriteHeader appends a message header to w.
+// It writes into w's own buffer: nothing escapes, nothing is allocated.
 func WriteHeader(w *bufio.Writer, h Header) error {
-	var b [HeaderLen]byte
-	b[0] = h.Type
-	binary.BigEndian.PutUint32(b[1:], uint32(h.Len+4))
-	_, err := w.Write(b[:])
+	b := w.AvailableBuffer()
+	b = append(b, h.Type)
+	b = binary.BigEndian.AppendUint32(b, uint32(h.Len+4))
+	_, err := w.Write(b)
 	return err
 }
 
