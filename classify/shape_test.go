@@ -317,3 +317,38 @@ func FuzzShape(f *testing.F) {
 		}
 	})
 }
+
+// TestShapeSameKeyPairs: texts that share a key although their constants
+// differ in kind, or are words (ALL, YEAR, TRUE) or negative numbers.
+// The second is answered by the shape level and must equal its own parse.
+func TestShapeSameKeyPairs(t *testing.T) {
+	for _, p := range [][2]string{
+		{"SELECT * FROM t LIMIT 5", "SELECT * FROM t LIMIT ALL"},
+		{"SELECT * FROM t WHERE a = 1", "SELECT * FROM t WHERE a = 'x'"},
+		{"SELECT * FROM t WHERE a = 1", "SELECT * FROM t WHERE a = NULL"},
+		{"SELECT * FROM t WHERE a = -5", "SELECT * FROM t WHERE a = 2147483648"},
+		{"SELECT x @ -5 FROM t", "SELECT x @ 5 FROM t"},
+		{"SELECT extract(year FROM d) FROM t", "SELECT extract('epoch' FROM d) FROM t"},
+		{"SELECT U&'d\\0061t' FROM t", "SELECT E'\\n' FROM t"},
+		{"SELECT 'a'\n'b' FROM t", "SELECT B'101' FROM t"},
+		{"SELECT x + 1 FROM t GROUP BY x + 1", "SELECT x + 1 FROM t GROUP BY x + 2"},
+		{"SELECT nextval('a'), f('x') FROM t", "SELECT nextval('b'), f(2) FROM t"},
+		{"UPDATE t SET a = TRUE WHERE b = 'x' RETURNING f(1)", "UPDATE t SET a = 0 WHERE b = 1.5 RETURNING f('y')"},
+		{"/* pg-kinetic: class=c */ SELECT g(1)", "/* pg-kinetic: class=c */ SELECT g(NULL)"},
+		{"-- */\n/* pg-kinetic: primary */ SELECT '*/'", "-- */\n/* pg-kinetic: primary */ SELECT 'x'"},
+	} {
+		if ka, kb := shapeKey(p[0]), shapeKey(p[1]); ka == "" || ka != kb {
+			t.Errorf("%q and %q: keys %q and %q; want one key", p[0], p[1], ka, kb)
+			continue
+		}
+		c := New(Options{})
+		c.Classify(p[0])
+		got := c.Classify(p[1])
+		if st := c.Stats(); st.ShapeHits != 1 {
+			t.Errorf("%q after %q: Stats() = %+v; want a shape hit", p[1], p[0], st)
+		}
+		if want := uncached(Options{}).Classify(p[1]); !reflect.DeepEqual(got, want) {
+			t.Errorf("%q after %q:\n cached %s uncached %s", p[1], p[0], describe(got), describe(want))
+		}
+	}
+}
