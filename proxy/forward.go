@@ -683,7 +683,10 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 		u.read, u.reason = false, reasonUnclassified
 	}
 	var local map[string]string // statements parsed in this batch
-	routingOff := ss.routingMode() == config.RoutingOff
+	// With routing off every unit goes to the primary, so nothing needs
+	// classifying, except in transaction pooling: the session's SETs,
+	// statements and pinning effects must still be known there.
+	routingOff := ss.routingMode() == config.RoutingOff && !ss.txPool
 	use := func(query string) {
 		var c *classified
 		if len(ds) < cap(ds) {
@@ -817,7 +820,7 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 			read, reason = false, stReason
 		}
 	}
-	if read && len(d.Funcs) > 0 && ss.srv.anyVolatile(ss, d.Funcs) {
+	if read && len(d.Funcs) > 0 && ss.routingMode() != config.RoutingOff && ss.srv.anyVolatile(ss, d.Funcs) {
 		read, reason = false, reasonWrite
 	}
 	if !read && u.read {
@@ -915,7 +918,7 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 		ss.mu.Unlock()
 	}
 	for _, d := range ds {
-		if err := ss.ensureSQLPrepared(l, &d.Decision); err != nil {
+		if err := ss.ensureSQLPrepared(l, &d.Decision, d.text); err != nil {
 			return errServerGone
 		}
 	}

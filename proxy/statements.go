@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -183,7 +184,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 // ensureSQLPrepared replays SQL PREPAREs a batch's EXECUTEs need on l, and
 // removes from l statements the client deallocated (or names it is about
 // to PREPARE again).
-func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision) error {
+func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string) error {
 	for _, st := range d.Statements {
 		switch st.Effect {
 		case classify.EffectExecute:
@@ -209,6 +210,29 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision) error {
 					delete(l.st.sqlPrepared, st.PrepareName)
 				}
 			}
+			if len(d.Statements) == 1 {
+				// The server will hold it (another session sharing this
+				// connection must not collide with it).
+				l.st.sqlPrepared[st.PrepareName] = strings.TrimSpace(text)
+			}
+		case classify.EffectDeallocate:
+			if st.PrepareName == "" {
+				clear(l.st.sqlPrepared)
+				continue
+			}
+			// DEALLOCATE runs where the session's statement may never
+			// have been prepared: replay it first, as for EXECUTE.
+			if want, ok := ss.sqlPrepared[st.PrepareName]; ok && l.st.sqlPrepared[st.PrepareName] != want.text {
+				if _, has := l.st.sqlPrepared[st.PrepareName]; has {
+					if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z'); err != nil {
+						return err
+					}
+				}
+				if err := ss.inject(l, &pgproto3.Query{String: want.text}, 'Z'); err != nil {
+					return err
+				}
+			}
+			delete(l.st.sqlPrepared, st.PrepareName)
 		}
 	}
 	return nil

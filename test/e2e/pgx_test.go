@@ -212,7 +212,10 @@ func TestCancelByContext(t *testing.T) {
 	cl := pgtest.Shared(t)
 	px := kinetictest.Start(t, cl, kinetictest.Params{})
 	ctx := ctxT(t, 60*time.Second)
-	c := connect(t, ctx, px.AppDSN())
+	// Server sessions are found by application_name: in transaction
+	// pooling the client's BackendKeyData PID is not a server's.
+	app := uniqueIdent("cancel")
+	c := connect(t, ctx, px.AppDSN()+"&application_name="+app)
 	qctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	_, err := c.Exec(qctx, "select pg_sleep(30)")
@@ -221,11 +224,10 @@ func TestCancelByContext(t *testing.T) {
 	}
 	// pgx closes the connection on a context cancel after sending the
 	// cancel request; the server-side query must be gone, not running on.
-	pid := c.PgConn().PID()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		s, err := cl.Primary.QueryString(ctx, fmt.Sprintf(
-			"select count(*) from pg_stat_activity where pid = %d and query like '%%pg_sleep(30)%%' and state = 'active'", pid))
+			"select count(*) from pg_stat_activity where application_name = '%s' and query like '%%pg_sleep(30)%%' and state = 'active'", app))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,13 +242,14 @@ func TestCancelByContext(t *testing.T) {
 
 	// pgconn's CancelRequest on a live connection: the query ends with
 	// 57014 and the session stays usable.
-	c2 := connect(t, ctx, px.AppDSN())
+	app2 := uniqueIdent("cancel")
+	c2 := connect(t, ctx, px.AppDSN()+"&application_name="+app2)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c2.Exec(ctx, "select pg_sleep(30)")
 		done <- err
 	}()
-	waitActive(t, ctx, cl, c2.PgConn().PID(), "pg_sleep(30)")
+	waitActiveApp(t, ctx, cl, app2, "pg_sleep(30)")
 	if err := c2.PgConn().CancelRequest(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -258,12 +261,13 @@ func TestCancelByContext(t *testing.T) {
 	}
 }
 
-// waitActive waits until pid runs a query containing text on the primary.
-func waitActive(t *testing.T, ctx context.Context, cl *pgtest.Cluster, pid uint32, text string) {
+// waitActiveApp waits until a server session with application_name app
+// runs a query containing text on the primary.
+func waitActiveApp(t *testing.T, ctx context.Context, cl *pgtest.Cluster, app, text string) {
 	t.Helper()
 	for {
 		s, err := cl.Primary.QueryString(ctx, fmt.Sprintf(
-			"select count(*) from pg_stat_activity where pid = %d and state = 'active' and query like '%%%s%%'", pid, text))
+			"select count(*) from pg_stat_activity where application_name = '%s' and state = 'active' and query like '%%%s%%'", app, text))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +276,7 @@ func waitActive(t *testing.T, ctx context.Context, cl *pgtest.Cluster, pid uint3
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("query %q never became active on pid %d", text, pid)
+			t.Fatalf("query %q never became active for application_name %s", text, app)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -283,7 +287,7 @@ func waitActive(t *testing.T, ctx context.Context, cl *pgtest.Cluster, pid uint3
 // pg_terminate_backend() mean what users expect.
 func TestBackendPIDIsTheServerPID(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := kinetictest.Start(t, cl, kinetictest.Params{})
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "session"})
 	ctx := ctxT(t, 30*time.Second)
 	victim := connect(t, ctx, px.AppDSN())
 	pid := victim.PgConn().PID()
@@ -352,7 +356,7 @@ func TestStartupParametersReachServer(t *testing.T) {
 // prepared statements and temp tables of the previous client are gone.
 func TestSessionStateIsResetBetweenClients(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := kinetictest.Start(t, cl, kinetictest.Params{PoolSize: 1})
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "session", PoolSize: 1})
 	ctx := ctxT(t, 30*time.Second)
 	a := connect(t, ctx, px.AppDSN())
 	pidA := a.PgConn().PID()
@@ -383,7 +387,7 @@ func TestSessionStateIsResetBetweenClients(t *testing.T) {
 // waits longer than acquire_timeout_ms gets SQLSTATE 53300.
 func TestPoolFullGets53300(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := kinetictest.Start(t, cl, kinetictest.Params{PoolSize: 1, AcquireTimeout: 300})
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "session", PoolSize: 1, AcquireTimeout: 300})
 	ctx := ctxT(t, 30*time.Second)
 	holder := connect(t, ctx, px.AppDSN())
 	_, err := pgx.Connect(ctx, px.AppDSN())
@@ -438,13 +442,13 @@ func TestMaxClientConn(t *testing.T) {
 // new sessions without a restart.
 func TestReloadResizesPool(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := kinetictest.Start(t, cl, kinetictest.Params{PoolSize: 1, AcquireTimeout: 300})
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "session", PoolSize: 1, AcquireTimeout: 300})
 	ctx := ctxT(t, 30*time.Second)
 	first := connect(t, ctx, px.AppDSN())
 	if _, err := pgx.Connect(ctx, px.AppDSN()); pgCode(err) != "53300" {
 		t.Fatalf("second client on a pool of 1: %v, want 53300", err)
 	}
-	if err := os.WriteFile(px.Path, []byte(kinetictest.TOML(cl, kinetictest.Params{PoolSize: 2, AcquireTimeout: 300})), 0o600); err != nil {
+	if err := os.WriteFile(px.Path, []byte(kinetictest.TOML(cl, kinetictest.Params{PoolMode: "session", PoolSize: 2, AcquireTimeout: 300})), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := px.Holder.Reload(); err != nil {

@@ -1,0 +1,316 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
+	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
+)
+
+// Transaction pooling (pool_mode = "transaction"). The whole e2e suite also
+// runs in this mode (KINETIC_TEST_POOL_MODE, see the Makefile); these tests
+// show what only this mode does: many clients share a few server
+// connections, and what a session set up survives moving between them.
+
+func txProxy(t *testing.T, cl *pgtest.Cluster, size int) *kinetictest.Proxy {
+	return kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: size, AcquireTimeout: 5000})
+}
+
+// TestTxPoolManyClientsFewServers: 12 clients through a pool of 2 all run
+// queries, interleaved and concurrently, on at most 2 server processes;
+// session pooling would refuse the third client (TestPoolFullGets53300).
+func TestTxPoolManyClientsFewServers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := txProxy(t, cl, 2)
+	ctx := ctxT(t, 60*time.Second)
+	app := uniqueIdent("txshare")
+	var conns []*pgx.Conn
+	for i := 0; i < 12; i++ {
+		conns = append(conns, connect(t, ctx, px.AppDSN()+"&application_name="+app))
+	}
+	var mu sync.Mutex
+	pids := map[int64]bool{}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(conns))
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 20; j++ {
+				var pid int64
+				if err := c.QueryRow(ctx, "select pg_backend_pid()").Scan(&pid); err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				pids[pid] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(pids) == 0 || len(pids) > 2 {
+		t.Fatalf("12 clients ran on %d server processes, want 1 or 2 (pool size 2)", len(pids))
+	}
+	// Idle clients hold nothing: the server sees at most the pool.
+	n, err := cl.Primary.QueryString(ctx, "select count(*) from pg_stat_activity where usename = '"+pgtest.AppUser+"' and application_name = '"+app+"'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := strconv.Atoi(n); k > 2 {
+		t.Fatalf("%d server sessions carry the clients' application_name, want at most 2", k)
+	}
+}
+
+// TestTxPoolSessionStateFollowsClient: two clients share one server
+// connection (pool of 1) and each keeps its own SET values, startup
+// parameters, RESETs and DISCARD ALL, whatever the other did in between.
+func TestTxPoolSessionStateFollowsClient(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := txProxy(t, cl, 1)
+	ctx := ctxT(t, 30*time.Second)
+	a := connect(t, ctx, px.AppDSN()+"&application_name=client-a")
+	b := connect(t, ctx, px.AppDSN()+"&application_name=client-b")
+	setting := func(c *pgx.Conn, name string) string {
+		t.Helper()
+		var v *string
+		if err := c.QueryRow(ctx, "select current_setting($1, true)", name).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v == nil {
+			return "<null>"
+		}
+		return *v
+	}
+	if pa, pb := queryInt(t, ctx, a, "select pg_backend_pid()"), queryInt(t, ctx, b, "select pg_backend_pid()"); pa != pb {
+		t.Fatalf("a pool of 1 served the clients from processes %d and %d", pa, pb)
+	}
+	if _, err := a.Exec(ctx, "set kinetic.test = 'a'; set statement_timeout = '7s'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Exec(ctx, "set kinetic.test = 'b'"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if got := setting(a, "kinetic.test"); got != "a" {
+			t.Fatalf("round %d: client a sees kinetic.test = %q, want a", i, got)
+		}
+		if got := setting(b, "kinetic.test"); got != "b" {
+			t.Fatalf("round %d: client b sees kinetic.test = %q, want b", i, got)
+		}
+		if got := setting(b, "statement_timeout"); got != "0" {
+			t.Fatalf("client b sees client a's statement_timeout %q", got)
+		}
+		if got := setting(a, "statement_timeout"); got != "7s" {
+			t.Fatalf("client a's statement_timeout = %q, want 7s", got)
+		}
+		if got := setting(a, "application_name"); got != "client-a" {
+			t.Fatalf("client a's application_name = %q", got)
+		}
+		if got := setting(b, "application_name"); got != "client-b" {
+			t.Fatalf("client b's application_name = %q", got)
+		}
+	}
+	// A SET rolled back did not happen.
+	tx, err := a.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "set kinetic.test = 'rolled-back'"); err != nil {
+		t.Fatal(err)
+	}
+	tx.Rollback(ctx)
+	setting(b, "kinetic.test")
+	if got := setting(a, "kinetic.test"); got != "a" {
+		t.Fatalf("after a rolled-back SET client a sees %q, want a", got)
+	}
+	if _, err := a.Exec(ctx, "reset kinetic.test"); err != nil {
+		t.Fatal(err)
+	}
+	setting(b, "kinetic.test")
+	if got := setting(a, "kinetic.test"); got != "" && got != "<null>" {
+		t.Fatalf("after RESET client a sees %q", got)
+	}
+	if _, err := b.Exec(ctx, "discard all"); err != nil {
+		t.Fatal(err)
+	}
+	setting(a, "kinetic.test")
+	if got := setting(b, "kinetic.test"); got != "" && got != "<null>" {
+		t.Fatalf("after DISCARD ALL client b sees %q", got)
+	}
+	if got := setting(b, "application_name"); got != "client-b" {
+		t.Fatalf("after DISCARD ALL client b's startup application_name is %q, want it kept", got)
+	}
+}
+
+// TestTxPoolPreparedStatements: clients sharing one server connection
+// prepare statements of the same name with different texts, at the
+// protocol level and with SQL PREPARE, and each always runs its own.
+func TestTxPoolPreparedStatements(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := txProxy(t, cl, 1)
+	ctx := ctxT(t, 30*time.Second)
+	a := connect(t, ctx, px.AppDSN())
+	b := connect(t, ctx, px.AppDSN())
+	if _, err := a.Prepare(ctx, "s1", "select $1::int + 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Prepare(ctx, "s1", "select $1::int * 10"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, "prepare q as select 'a'::text"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Exec(ctx, "prepare q as select 'b'::text"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 5; i++ {
+		if got := queryInt(t, ctx, a, "s1", i); got != int64(i+1) {
+			t.Fatalf("client a's s1(%d) = %d, want %d", i, got, i+1)
+		}
+		if got := queryInt(t, ctx, b, "s1", i); got != int64(i*10) {
+			t.Fatalf("client b's s1(%d) = %d, want %d", i, got, i*10)
+		}
+		for _, c := range []struct {
+			conn *pgx.Conn
+			want string
+		}{{a, "a"}, {b, "b"}} {
+			var got string
+			if err := c.conn.QueryRow(ctx, "execute q", pgx.QueryExecModeSimpleProtocol).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Fatalf("EXECUTE q = %q, want %q", got, c.want)
+			}
+		}
+	}
+	// pgx's statement cache names statements by their text: both clients
+	// use the same name for the same query on the same server.
+	for i := 0; i < 5; i++ {
+		for _, c := range []*pgx.Conn{a, b} {
+			if got := queryInt(t, ctx, c, "select $1::int * 2", i); got != int64(2*i) {
+				t.Fatalf("cached statement gave %d, want %d", got, 2*i)
+			}
+		}
+	}
+}
+
+// TestTxPoolPgbenchPrepared: pgbench -M prepared through transaction
+// pooling, 8 clients on 2 server connections: every transaction succeeds
+// (PgBouncer 1.18 fails this with "prepared statement does not exist").
+func TestTxPoolPgbenchPrepared(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := txProxy(t, cl, 2)
+	ctx := ctxT(t, 2*time.Minute)
+	tbl := uniqueIdent("txbench")
+	setup := connect(t, ctx, px.AppDSN())
+	if _, err := setup.Exec(ctx, fmt.Sprintf("create table %s (id int primary key, v int); insert into %[1]s select g, g from generate_series(1, 100) g", tbl)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { setup.Exec(context.Background(), "drop table if exists "+tbl) })
+	script := filepath.Join(t.TempDir(), "bench.sql")
+	text := fmt.Sprintf("\\set id random(1, 100)\nselect v from %s where id = :id;\nupdate %[1]s set v = v + 1 where id = :id;\n", tbl)
+	if err := os.WriteFile(script, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Dir(script), 0o755)
+	for _, mode := range []string{"prepared", "extended", "simple"} {
+		res := runClient(t, ctx, clientEnv(), nil, "pgbench", "-n", "-M", mode, "-c", "8", "-j", "2", "-t", "100", "-f", script,
+			"-h", "127.0.0.1", "-p", strconv.Itoa(px.Port()), "-U", pgtest.AppUser, pgtest.AppDB)
+		r, err := parsePgbench(res.stdout)
+		if res.code != 0 || err != nil || r.failed != 0 || r.processed != 800 {
+			t.Fatalf("pgbench -M %s, 8 clients on 2 server connections: %+v %v\n%s", mode, r, err, res)
+		}
+		t.Logf("pgbench -M %s through transaction pooling: %d transactions, tps %.0f", mode, r.processed, r.tps)
+	}
+}
+
+// TestTxPoolPinnedSessionKeepsItsServer: a temporary table pins the
+// session to one server connection until DISCARD ALL, while other clients
+// share the rest of the pool.
+func TestTxPoolPinnedSessionKeepsItsServer(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := txProxy(t, cl, 2)
+	ctx := ctxT(t, 30*time.Second)
+	pinned := connect(t, ctx, px.AppDSN())
+	others := []*pgx.Conn{connect(t, ctx, px.AppDSN()), connect(t, ctx, px.AppDSN())}
+	if _, err := pinned.Exec(ctx, "create temp table txpin (x int); insert into txpin values (7)"); err != nil {
+		t.Fatal(err)
+	}
+	pid := queryInt(t, ctx, pinned, "select pg_backend_pid()")
+	for i := 0; i < 5; i++ {
+		for _, o := range others {
+			if got := queryInt(t, ctx, o, "select pg_backend_pid()"); got == pid {
+				t.Fatalf("another client ran on the pinned session's server process %d", pid)
+			}
+		}
+		if got := queryInt(t, ctx, pinned, "select x from txpin"); got != 7 {
+			t.Fatalf("temp table row = %d", got)
+		}
+		if got := queryInt(t, ctx, pinned, "select pg_backend_pid()"); got != pid {
+			t.Fatalf("pinned session moved from process %d to %d", pid, got)
+		}
+	}
+	if _, err := pinned.Exec(ctx, "discard all"); err != nil {
+		t.Fatal(err)
+	}
+	// Released: the other clients may now use both connections, and the
+	// temporary table is gone with DISCARD ALL.
+	var n int64
+	if err := pinned.QueryRow(ctx, "select count(*) from pg_tables where tablename = 'txpin'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("temp table after DISCARD ALL: %d %v", n, err)
+	}
+	seen := map[int64]bool{}
+	for i := 0; i < 20 && len(seen) < 2; i++ {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, o := range others {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var p int64
+				if o.QueryRow(ctx, "select pg_backend_pid() from pg_sleep(0.05)").Scan(&p) == nil {
+					mu.Lock()
+					seen[p] = true
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	if len(seen) < 2 {
+		t.Fatalf("after DISCARD ALL two concurrent clients ran on %d server processes, want 2", len(seen))
+	}
+}
+
+// TestTxPoolClientPIDIsNotAServer: with no server bound to a session, the
+// BackendKeyData process ID is the proxy's own, and cancelling through it
+// still reaches the query (TestCancelByContext runs in both modes).
+func TestTxPoolClientPIDIsNotAServer(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := txProxy(t, cl, 2)
+	ctx := ctxT(t, 30*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	pid := c.PgConn().PID()
+	s, err := cl.Primary.QueryString(ctx, fmt.Sprintf("select count(*) from pg_stat_activity where pid = %d", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(s) != "0" {
+		t.Fatalf("BackendKeyData pid %d is a server process", pid)
+	}
+}
