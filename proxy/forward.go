@@ -88,6 +88,7 @@ func (b *batch) reset() {
 // depends on fails, or the session is killed; then it returns each server
 // connection to its pool when provably idle, and closes it otherwise.
 func (ss *session) serve() {
+	ss.startIdleIO()
 	if ss.primary != nil {
 		ss.attach(ss.primary)
 	}
@@ -122,6 +123,9 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 	var b batch
 	skip := false // after a rejected open batch: drop messages until Sync
 	for {
+		if err := ss.awaitClient(); err != nil {
+			return true, errClientGone{err}
+		}
 		h, err := wire.ReadHeader(ss.r)
 		if err != nil {
 			if errors.Is(err, wire.ErrBadLength) {

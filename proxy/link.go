@@ -253,8 +253,8 @@ func (ss *session) serverToClient(l *link) error {
 				// Client messages relayed before the dropped ones may still
 				// sit in the client buffer: the flush is due now.
 				ss.wmu.Lock()
-				if ss.w.Buffered() > 0 {
-					ss.w.Flush()
+				if ss.w != nil && ss.w.Buffered() > 0 {
+					ss.flushOut()
 				}
 				ss.wmu.Unlock()
 			}
@@ -329,14 +329,14 @@ func (ss *session) serverToClient(l *link) error {
 		}
 		closeNow := false
 		ss.wmu.Lock()
-		werr := wire.WriteHeader(ss.w, h)
+		werr := wire.WriteHeader(ss.out(), h)
 		switch {
 		case werr != nil:
 		case h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' && h.Len <= wire.MaxSmallBodyLen*100 || h.Type == 'C':
 			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
 				break
 			}
-			_, werr = ss.w.Write(body)
+			_, werr = ss.out().Write(body)
 			switch h.Type {
 			case 'Z':
 				if len(body) == 1 {
@@ -356,7 +356,7 @@ func (ss *session) serverToClient(l *link) error {
 				ss.commandComplete(body)
 			}
 		default:
-			err = wire.Copy(ss.w, srv.R, h.Len)
+			err = wire.Copy(ss.out(), srv.R, h.Len)
 			if err != nil {
 				var we *wire.WriteError
 				if errors.As(err, &we) {
@@ -365,7 +365,7 @@ func (ss *session) serverToClient(l *link) error {
 			}
 		}
 		if werr == nil && err == nil && srv.R.Buffered() == 0 {
-			werr = ss.w.Flush()
+			werr = ss.flushOut()
 		}
 		ss.wmu.Unlock()
 		if err != nil {
@@ -427,8 +427,8 @@ func (ss *session) releaseIdle(l *link) bool {
 	// What was relayed must not wait for a server message that will not
 	// come to this reader any more.
 	ss.wmu.Lock()
-	if ss.w.Buffered() > 0 {
-		ss.w.Flush()
+	if ss.w != nil && ss.w.Buffered() > 0 {
+		ss.flushOut()
 	}
 	ss.wmu.Unlock()
 	l.pool.Release(l.conn)
@@ -475,7 +475,7 @@ func (ss *session) relayHeld(l *link) error {
 		return nil
 	}
 	ss.wmu.Lock()
-	_, err := ss.w.Write(l.held)
+	_, err := ss.out().Write(l.held)
 	ss.wmu.Unlock()
 	l.held = l.held[:0]
 	return err
@@ -485,13 +485,13 @@ func (ss *session) relayHeld(l *link) error {
 func (ss *session) relay(h wire.Header, body []byte) error {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	if err := wire.WriteHeader(ss.w, h); err != nil {
+	if err := wire.WriteHeader(ss.out(), h); err != nil {
 		return err
 	}
-	if _, err := ss.w.Write(body); err != nil {
+	if _, err := ss.out().Write(body); err != nil {
 		return err
 	}
-	return ss.w.Flush()
+	return ss.flushOut()
 }
 
 // readyForQuery records a client-visible ReadyForQuery from l and reports

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -24,9 +25,17 @@ type session struct {
 	srv  *Server
 	id   uint64
 	log  *zap.Logger
-	conn net.Conn // the client, possibly *tls.Conn
-	r    *bufio.Reader
-	tls  bool
+	conn net.Conn      // the client, possibly *tls.Conn
+	r    *bufio.Reader // session goroutine; swapped at idle points when idleIO
+
+	// idleIO: in the relay phase of a plain TCP client, the read and write
+	// buffers go back to shared pools whenever they are empty, so an idle
+	// client costs no buffer memory (idle.go).
+	idleIO   bool
+	rc       syscall.RawConn
+	peekFn   func(fd uintptr) bool
+	peekWoke bool
+	tls      bool
 	// tlsLeaf is the proxy certificate the client saw, for SCRAM channel
 	// binding (tls-server-end-point); nil without TLS.
 	tlsLeaf *x509.Certificate
@@ -40,9 +49,9 @@ type session struct {
 	key            cancelKey
 	authFinal      *pgproto3.AuthenticationSASLFinal
 
-	wmu sync.Mutex // serialises writes to the client
-	w   *bufio.Writer
-	enc []byte // scratch for encoding messages, under wmu
+	wmu sync.Mutex    // serialises writes to the client
+	w   *bufio.Writer // under wmu; nil between flushes when idleIO (use out)
+	enc []byte        // scratch for encoding messages, under wmu
 
 	// txPool: transaction pooling; server connections are held per unit
 	// (link.go, releaseIdle), except by a pinned session.
@@ -112,10 +121,10 @@ func (ss *session) send(msgs ...wire.Encoder) error {
 	if err != nil {
 		return err
 	}
-	if _, err := ss.w.Write(ss.enc); err != nil {
+	if _, err := ss.out().Write(ss.enc); err != nil {
 		return err
 	}
-	return ss.w.Flush()
+	return ss.flushOut()
 }
 
 // idleLocked reports whether the server owes nothing and no transaction or
@@ -153,8 +162,8 @@ func (ss *session) kill(err *clientError) {
 	if err != nil && ss.wmu.TryLock() {
 		ss.enc, _ = wire.Append(ss.enc[:0], errorResponse(err))
 		ss.conn.SetWriteDeadline(time.Now().Add(time.Second))
-		if _, werr := ss.w.Write(ss.enc); werr == nil {
-			ss.w.Flush()
+		if _, werr := ss.out().Write(ss.enc); werr == nil {
+			ss.flushOut()
 		}
 		ss.wmu.Unlock()
 	}

@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"bufio"
+	"net"
+	"sync"
+	"syscall"
+)
+
+// Client buffers are lent, not owned: an idle client connection (most of
+// them, with thousands of clients in transaction pooling) holds no read or
+// write buffer, only its socket, its goroutine and its session record.
+
+var (
+	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, clientBufSize) }}
+	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, clientBufSize) }}
+)
+
+// startIdleIO enables buffer lending for a plain TCP client (a TLS
+// connection keeps decrypted bytes of its own, so its buffers stay).
+func (ss *session) startIdleIO() {
+	tc, ok := ss.conn.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return
+	}
+	ss.rc, ss.peekFn, ss.idleIO = rc, ss.peek, true
+}
+
+// out is the client write buffer, borrowed when needed. Callers hold wmu.
+func (ss *session) out() *bufio.Writer {
+	if ss.w == nil {
+		ss.w = writerPool.Get().(*bufio.Writer)
+		ss.w.Reset(ss.conn)
+	}
+	return ss.w
+}
+
+// flushOut flushes the client write buffer and, when it is lent, gives it
+// back. Callers hold wmu.
+func (ss *session) flushOut() error {
+	if ss.w == nil {
+		return nil
+	}
+	err := ss.w.Flush()
+	if err == nil && ss.idleIO {
+		ss.w.Reset(nil)
+		writerPool.Put(ss.w)
+		ss.w = nil
+	}
+	return err
+}
+
+// awaitClient returns the read buffer while it is empty and blocks until
+// the client sends something (or goes away), then borrows one again. It
+// costs no extra syscall on the usual path: the readiness check replaces
+// the read that would have found nothing.
+func (ss *session) awaitClient() error {
+	if !ss.idleIO || ss.r.Buffered() > 0 {
+		return nil
+	}
+	ss.r.Reset(nil)
+	readerPool.Put(ss.r)
+	ss.r = nil
+	ss.peekWoke = false
+	err := ss.rc.Read(ss.peekFn)
+	ss.r = readerPool.Get().(*bufio.Reader)
+	ss.r.Reset(ss.conn)
+	return err
+}
+
+// peek is awaitClient's raw read: done once readiness was signalled, or
+// when a non-blocking MSG_PEEK finds data, end of stream or an error (the
+// read that follows reports them).
+func (ss *session) peek(fd uintptr) bool {
+	if ss.peekWoke {
+		return true
+	}
+	var b [1]byte
+	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	if err == syscall.EAGAIN || err == syscall.EWOULDBLOCK {
+		ss.peekWoke = true
+		return false
+	}
+	return true
+}
