@@ -72,7 +72,7 @@ func parseFlags(args []string) (options, error) {
 	clients := fs.String("clients", "1,16,256", "comma-separated client counts")
 	var o options
 	fs.IntVar(&o.seconds, "seconds", 10, "measured pgbench duration of each run (-T)")
-	fs.IntVar(&o.warmup, "warmup", 1, "unmeasured pgbench seconds before each run, to open the proxy's server connections (0: none)")
+	fs.IntVar(&o.warmup, "warmup", 20, "unmeasured pgbench transactions per client before each run (-t), so every client's server connection is open (0: none)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds per cell; the tables show the median")
 	fs.IntVar(&o.scale, "scale", 10, "pgbench -i scale factor")
 	fs.Float64Var(&o.sampling, "sampling-rate", 1, "pgbench --sampling-rate of the per-transaction latency log (0 < r <= 1)")
@@ -300,8 +300,8 @@ func progressLine(r result) string {
 	if r.err != "" {
 		return "FAILED: " + r.err
 	}
-	return fmt.Sprintf("%8.0f tps  p50 %.3f ms  p99 %.3f ms  cpu %s s/100k q  rss %s MiB  replica %s",
-		r.tps, r.p50, r.p99, num(r.cpu100k, 2), num(r.rssMiB, 1), pct(r.replica))
+	return fmt.Sprintf("%8.0f tps  p50 %.3f ms  p99 %.3f ms  cpu %s s/100k q  rss %s MiB  pss %s MiB  replica %s",
+		r.tps, r.p50, r.p99, num(r.cpu100k, 2), num(r.rssMiB, 1), num(r.pssMiB, 1), pct(r.replica))
 }
 
 // runOnce runs one cell against one target: fresh proxy, warm-up, measured
@@ -354,12 +354,9 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 	br := benchRun{addr: in.addr, db: t.db, workload: c.workload, mode: c.mode, clients: c.clients}
 	if o.warmup > 0 {
 		warm := br
-		warm.seconds = o.warmup
-		// Only pgbench's own failures count: a warm-up on a busy machine
-		// may end before a transaction completes, and print no summary.
-		var pe *errPgbench
-		if _, err := warm.run(ctx); errors.As(err, &pe) {
-			return fail(err)
+		warm.txPerClient = o.warmup
+		if _, err := warm.run(ctx); err != nil {
+			return fail(fmt.Errorf("warm-up: %w", err))
 		}
 	}
 	var u0 procUsage
@@ -373,7 +370,7 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 	if err != nil {
 		return fail(err)
 	}
-	r := result{tps: rep.tps, p50: rep.p50, p99: rep.p99, failed: rep.failed, cpu100k: math.NaN(), rssMiB: math.NaN()}
+	r := result{tps: rep.tps, p50: rep.p50, p99: rep.p99, failed: rep.failed, cpu100k: math.NaN(), rssMiB: math.NaN(), pssMiB: math.NaN()}
 	if in.proc != nil {
 		u1, err := treeUsage(in.proc.pid())
 		if err != nil {
@@ -383,6 +380,7 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 			r.cpu100k = float64(u1.ticks-u0.ticks) / float64(ticks) / float64(rep.queries) * 1e5
 		}
 		r.rssMiB = float64(u1.rssKiB) / 1024
+		r.pssMiB = float64(u1.pssKiB) / 1024
 	}
 	stopped = true
 	if err := in.stop(); err != nil {
@@ -442,7 +440,7 @@ func writeHeader(w *bytes.Buffer, o options, kineticd string, maxConn int) {
 		}
 	}
 	fmt.Fprintf(w, "\nTargets %s. Primary + 1 streaming replica (PostgreSQL 15, fsync off, max_connections = %d), pgbench scale %d. "+
-		"Each run: %d s measured after a %d s warm-up, `-j min(2, clients)`; median of %d round(s), targets interleaved per round. "+
+		"Each run: %d s measured after a warm-up of %d transactions per client, `-j min(2, clients)`; median of %d round(s), targets interleaved per round. "+
 		"Proxies are started afresh for every run with pools of clients + 4 server connections (PgBouncer default_pool_size, "+
 		"pgpool num_init_children, kineticd routes.pool.size).\n\n",
 		strings.Join(names, ", "), maxConn, o.scale, o.seconds, o.warmup, o.rounds)

@@ -48,9 +48,11 @@ type benchRun struct {
 	workload workload
 	mode     string // -M
 	clients  int
-	seconds  int
-	sampling float64 // --sampling-rate; 1 logs every transaction
-	logDir   string  // per-transaction logs go here (nothing when empty)
+	// Either seconds (-T) or txPerClient (-t).
+	seconds     int
+	txPerClient int
+	sampling    float64 // --sampling-rate; 1 logs every transaction
+	logDir      string  // per-transaction logs go here (nothing when empty)
 }
 
 // pgbenchReport is what one pgbench run measured.
@@ -63,8 +65,12 @@ type pgbenchReport struct {
 	samples  int
 }
 
-// hangGrace is how long pgbench may run past its -T duration.
-const hangGrace = 30 * time.Second
+// hangGrace is how long pgbench may run past its -T duration; txRunLimit is
+// how long a -t run may take.
+const (
+	hangGrace  = 30 * time.Second
+	txRunLimit = 3 * time.Minute
+)
 
 // errPgbench is a run pgbench did not complete cleanly; its message is
 // pgbench's first error line.
@@ -112,8 +118,17 @@ func initPgbench(ctx context.Context, addr string, scale int) error {
 // run runs pgbench; a run that pgbench reports as failed (a client aborted,
 // a connection refused) returns *errPgbench with the first error line.
 func (r benchRun) run(ctx context.Context) (pgbenchReport, error) {
-	args := []string{"-n", "-M", r.mode, "-c", strconv.Itoa(r.clients), "-j", strconv.Itoa(min(2, r.clients)),
-		"-T", strconv.Itoa(r.seconds)}
+	args := []string{"-n", "-M", r.mode, "-c", strconv.Itoa(r.clients), "-j", strconv.Itoa(min(2, r.clients))}
+	// A proxy that stops answering must not hang the benchmark: pgbench
+	// ends -T seconds after it started connecting its clients; -t runs get
+	// a generous fixed limit.
+	limit := time.Duration(r.seconds)*time.Second + hangGrace
+	if r.txPerClient > 0 {
+		args = append(args, "-t", strconv.Itoa(r.txPerClient))
+		limit = txRunLimit
+	} else {
+		args = append(args, "-T", strconv.Itoa(r.seconds))
+	}
 	if r.logDir != "" {
 		args = append(args, "-l", "--log-prefix="+filepath.Join(r.logDir, "tx"))
 		if r.sampling < 1 {
@@ -123,12 +138,8 @@ func (r benchRun) run(ctx context.Context) (pgbenchReport, error) {
 	args = append(args, r.workload.args...)
 	args = append(args, hostPort(r.addr)...)
 	args = append(args, r.db)
-	// A proxy that stops answering must not hang the benchmark: pgbench
-	// ends -T seconds after its clients connected, which takes a few
-	// seconds at most even for hundreds of SCRAM logins through pgpool.
-	limit := time.Duration(r.seconds)*time.Second + hangGrace
 	ctx, cancel := context.WithTimeoutCause(ctx, limit,
-		fmt.Errorf("pgbench hung: still running %v after its %d s run, killed (a proxy stopped answering)", hangGrace, r.seconds))
+		fmt.Errorf("pgbench hung: still running after %v, killed (a proxy stopped answering)", limit))
 	defer cancel()
 	cmd := pgbenchCmd(ctx, args...)
 	var stdout, stderr bytes.Buffer
@@ -172,7 +183,7 @@ func firstError(stderr string) string {
 
 var (
 	reTPS      = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
-	reTxns     = regexp.MustCompile(`(?m)^number of transactions actually processed: (\d+)`)
+	reTxns     = regexp.MustCompile(`(?m)^number of transactions actually processed: (\d+)`) // "N" or "N/M" with -t
 	reFailed   = regexp.MustCompile(`(?m)^number of failed transactions: (\d+)`)
 	reOneType  = regexp.MustCompile(`(?m)^transaction type: <builtin: (.+)>$`)
 	reScript   = regexp.MustCompile(`(?m)^SQL script \d+: <builtin: (.+)>$`)
@@ -186,7 +197,7 @@ func parseReport(out string) (pgbenchReport, error) {
 	// pgbench stops its summary before the tps line when no transaction
 	// completed.
 	if m := reTxns.FindStringSubmatch(out); m != nil && m[1] == "0" {
-		return rep, errors.New("pgbench processed no transactions")
+		return rep, errors.New("pgbench processed no transactions (did connecting the clients take the whole -T? raise -seconds)")
 	}
 	m := reTPS.FindStringSubmatch(out)
 	if m == nil {

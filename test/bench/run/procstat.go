@@ -15,6 +15,7 @@ import (
 type procUsage struct {
 	ticks  int64 // utime+stime of every live member, plus cutime+cstime (children they reaped)
 	rssKiB int64 // VmRSS summed over the members
+	pssKiB int64 // proportional set size summed: shared pages count once in all
 	procs  int
 }
 
@@ -60,6 +61,9 @@ func treeUsage(root int) (procUsage, error) {
 		if rss, err := readRSS(pid); err == nil {
 			u.rssKiB += rss
 		}
+		if pss, err := readPSS(pid); err == nil {
+			u.pssKiB += pss
+		}
 		queue = append(queue, children[pid]...)
 	}
 	return u, nil
@@ -103,6 +107,26 @@ func readRSS(pid int) (int64, error) {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				break
+			}
+			return strconv.ParseInt(f[0], 10, 64)
+		}
+	}
+	return 0, nil
+}
+
+// readPSS returns the proportional set size of pid in KiB from
+// /proc/PID/smaps_rollup: each shared page divided among its sharers, so a
+// sum over pgpool's children counts its shared memory once.
+func readPSS(pid int) (int64, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
 			f := strings.Fields(rest)
 			if len(f) == 0 {
 				break

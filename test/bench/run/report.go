@@ -16,6 +16,7 @@ type result struct {
 	failed   int64   // pgbench's failed transactions (serialization, deadlock)
 	cpu100k  float64 // proxy CPU seconds per 100k queries; NaN for direct
 	rssMiB   float64 // proxy RSS at the end of the run; NaN for direct
+	pssMiB   float64 // proxy PSS at the end of the run; NaN for direct
 	replica  float64 // share of transactions the replica served, 0..1; NaN if unknown
 }
 
@@ -41,6 +42,7 @@ type summary struct {
 	failed   int64
 	cpu100k  float64
 	rssMiB   float64
+	pssMiB   float64
 	replica  float64
 }
 
@@ -72,6 +74,7 @@ func summarize(rs []result) summary {
 	s.p99 = med(func(r result) float64 { return r.p99 })
 	s.cpu100k = med(func(r result) float64 { return r.cpu100k })
 	s.rssMiB = med(func(r result) float64 { return r.rssMiB })
+	s.pssMiB = med(func(r result) float64 { return r.pssMiB })
 	s.replica = med(func(r result) float64 { return r.replica })
 	for _, r := range rs {
 		s.failed += r.failed
@@ -98,16 +101,16 @@ func median(xs []float64) float64 {
 // direct.
 func writeCell(w io.Writer, c cell, targets []target, sums map[string]summary) {
 	fmt.Fprintf(w, "### %s · `-M %s` · %d clients\n\n", c.workload.desc, c.mode, c.clients)
-	fmt.Fprintln(w, "| target | TPS | p50 ms | p99 ms | CPU s/100k q | RSS MiB | replica | failed tx |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| target | TPS | p50 ms | p99 ms | CPU s/100k q | RSS MiB | PSS MiB | replica | failed tx |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, t := range targets {
 		s := sums[t.name]
 		if !s.ok {
-			fmt.Fprintf(w, "| %s | **FAILED** (%s rounds) | | | | | | `%s` |\n", t.name, s.failedOf, mdCode(s.err))
+			fmt.Fprintf(w, "| %s | **FAILED** (%s rounds) | | | | | | | `%s` |\n", t.name, s.failedOf, mdCode(s.err))
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %d |\n", t.name,
-			num(s.tps, 0), num(s.p50, 3), num(s.p99, 3), num(s.cpu100k, 2), num(s.rssMiB, 1), pct(s.replica), s.failed)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", t.name,
+			num(s.tps, 0), num(s.p50, 3), num(s.p99, 3), num(s.cpu100k, 2), num(s.rssMiB, 1), num(s.pssMiB, 1), pct(s.replica), s.failed)
 	}
 	var rows []string
 	for _, t := range targets {
