@@ -352,12 +352,19 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 	}
 	defer os.RemoveAll(logDir)
 	br := benchRun{addr: in.addr, db: t.db, workload: c.workload, mode: c.mode, clients: c.clients}
+	extra := 0 // seconds added to the measured run's -T
 	if o.warmup > 0 {
 		warm := br
 		warm.txPerClient = o.warmup
-		if _, err := warm.run(ctx); err != nil {
+		wrep, err := warm.run(ctx)
+		if err != nil {
 			return fail(fmt.Errorf("warm-up: %w", err))
 		}
+		// pgbench's -T clock starts before its clients connect, and
+		// connecting hundreds of them can take seconds on a busy machine:
+		// the measured run gets that much longer, so that about -seconds of
+		// transactions are measured (TPS excludes connection time anyway).
+		extra = int(math.Ceil(wrep.connTime.Seconds()))
 	}
 	var u0 procUsage
 	if in.proc != nil {
@@ -365,7 +372,7 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 			return fail(fmt.Errorf("%s died: %v", t.name, err))
 		}
 	}
-	br.seconds, br.sampling, br.logDir = o.seconds, o.sampling, logDir
+	br.seconds, br.sampling, br.logDir = o.seconds+extra, o.sampling, logDir
 	rep, err := br.run(ctx)
 	if err != nil {
 		return fail(err)

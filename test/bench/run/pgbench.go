@@ -59,9 +59,10 @@ type benchRun struct {
 type pgbenchReport struct {
 	tps      float64 // without initial connection time
 	txns     int64
-	queries  int64   // txns × statements per transaction, per script
-	failed   int64   // "number of failed transactions"
-	p50, p99 float64 // ms, from the per-transaction log
+	queries  int64         // txns × statements per transaction, per script
+	failed   int64         // "number of failed transactions"
+	connTime time.Duration // "initial connection time"
+	p50, p99 float64       // ms, from the per-transaction log
 	samples  int
 }
 
@@ -185,6 +186,7 @@ var (
 	reTPS      = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
 	reTxns     = regexp.MustCompile(`(?m)^number of transactions actually processed: (\d+)`) // "N" or "N/M" with -t
 	reFailed   = regexp.MustCompile(`(?m)^number of failed transactions: (\d+)`)
+	reConnTime = regexp.MustCompile(`(?m)^initial connection time = ([0-9.]+) ms`)
 	reOneType  = regexp.MustCompile(`(?m)^transaction type: <builtin: (.+)>$`)
 	reScript   = regexp.MustCompile(`(?m)^SQL script \d+: <builtin: (.+)>$`)
 	reScriptTx = regexp.MustCompile(`(?m)^ - (\d+) transactions \(`)
@@ -210,6 +212,10 @@ func parseReport(out string) (pgbenchReport, error) {
 	rep.txns, _ = strconv.ParseInt(m[1], 10, 64)
 	if m = reFailed.FindStringSubmatch(out); m != nil {
 		rep.failed, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	if m = reConnTime.FindStringSubmatch(out); m != nil {
+		ms, _ := strconv.ParseFloat(m[1], 64)
+		rep.connTime = time.Duration(ms * float64(time.Millisecond))
 	}
 	if m = reOneType.FindStringSubmatch(out); m != nil {
 		n, ok := statementsPerTx[m[1]]

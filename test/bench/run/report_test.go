@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // pgbench 15 summaries, trimmed to the lines parseReport reads around.
@@ -72,6 +73,9 @@ func TestParseReport(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.name == "one script" && rep.connTime != 12345*time.Microsecond {
+				t.Errorf("connTime = %v, want 12.345ms", rep.connTime)
 			}
 			if rep.tps != tc.tps || rep.txns != tc.txns || rep.queries != tc.queries || rep.failed != tc.failed {
 				t.Errorf("got tps %v txns %d queries %d failed %d; want %v %d %d %d",
