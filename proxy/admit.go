@@ -38,13 +38,17 @@ func (s *Server) handle(nc net.Conn) {
 		srv:       s,
 		id:        s.nextID.Add(1),
 		conn:      nc,
-		r:         bufio.NewReaderSize(nc, clientBufSize),
-		w:         bufio.NewWriterSize(nc, clientBufSize),
+		r:         readerPool.Get().(*bufio.Reader),
+		w:         writerPool.Get().(*bufio.Writer),
 		cfg:       s.opts.Config.Load(),
 		tx:        'I',
 		connected: time.Now(),
 	}
-	ss.log = s.log.With(zap.Uint64("session", ss.id), zap.String("client", nc.RemoteAddr().String()))
+	ss.r.Reset(nc)
+	ss.w.Reset(nc)
+	// WithLazy: the fields are encoded when the session first logs, so a
+	// quiet session carries no encoder of its own.
+	ss.log = s.log.WithLazy(zap.Uint64("session", ss.id), zap.Stringer("client", nc.RemoteAddr()))
 	s.track(ss)
 	defer s.untrack(ss)
 	defer nc.Close()

@@ -54,12 +54,10 @@ func (r lastRoute) String() string {
 // route, class and target, remembered by the session so that counting
 // costs no lookup of a composed key per unit.
 func (ss *session) decisionCounter(class, target string) *atomic.Uint64 {
-	k := [2]string{class, target}
-	if c, ok := ss.counters[k]; ok {
-		return c
-	}
-	if ss.counters == nil {
-		ss.counters = map[[2]string]*atomic.Uint64{}
+	for _, c := range ss.counters {
+		if c.class == class && c.target == target {
+			return c.n
+		}
 	}
 	key := ss.route.Name + "\x00" + class + "\x00" + target
 	v, ok := ss.srv.decisions.Load(key)
@@ -67,8 +65,15 @@ func (ss *session) decisionCounter(class, target string) *atomic.Uint64 {
 		v, _ = ss.srv.decisions.LoadOrStore(key, new(atomic.Uint64))
 	}
 	c := v.(*atomic.Uint64)
-	ss.counters[k] = c
+	ss.counters = append(ss.counters, sessionCounter{class: class, target: target, n: c})
 	return c
+}
+
+// sessionCounter is one entry of session.counters: a session meets few
+// (class, target) pairs, so a short list beats a map in time and memory.
+type sessionCounter struct {
+	class, target string
+	n             *atomic.Uint64
 }
 
 func (s *Server) decisionCount(route, class, target string) uint64 {

@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"net"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -90,8 +89,8 @@ type session struct {
 	sqlPrepared map[string]sqlPrep  // SQL-level PREPARE name -> statement
 	effects     []effect            // of the unit in progress, applied when it ends well
 
-	last       lastRoute                    // SHOW pg_kinetic.last_route (under mu)
-	counters   map[[2]string]*atomic.Uint64 // decisionCounter (session goroutine)
+	last       lastRoute        // SHOW pg_kinetic.last_route (under mu)
+	counters   []sessionCounter // decisionCounter (session goroutine)
 	unitStart  time.Time
 	unitTarget string
 	connected  time.Time
