@@ -31,15 +31,16 @@ func main() {
 	clients := flag.Int("clients", 8, "pgbench clients")
 	mode := flag.String("mode", "simple", "pgbench -M mode")
 	routing := flag.String("routing", "off", "read_routing_mode")
+	poolMode := flag.String("pool-mode", "session", "pool_mode")
 	out := flag.String("out", "kineticd.pprof", "CPU profile file")
 	flag.Parse()
-	if err := run(*seconds, *clients, *mode, *routing, *out); err != nil {
+	if err := run(*seconds, *clients, *mode, *routing, *poolMode, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "profile:", err)
 		os.Exit(1)
 	}
 }
 
-func run(seconds, clients int, mode, routing, out string) error {
+func run(seconds, clients int, mode, routing, poolMode, out string) error {
 	ctx := context.Background()
 	cl, err := pgtest.Start(ctx, pgtest.Options{Standbys: 1})
 	if err != nil {
@@ -52,7 +53,7 @@ func run(seconds, clients int, mode, routing, out string) error {
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "kineticd.toml")
-	p := kinetictest.Params{PoolSize: clients + 2, ReadRoutingMode: routing, Replicas: []string{cl.Standbys[0].Addr()}, LogLevel: "error"}
+	p := kinetictest.Params{PoolMode: poolMode, PoolSize: clients + 2, ReadRoutingMode: routing, Replicas: []string{cl.Standbys[0].Addr()}, LogLevel: "error"}
 	if err := os.WriteFile(path, []byte(kinetictest.TOML(cl, p)), 0o600); err != nil {
 		return err
 	}

@@ -449,6 +449,7 @@ func writeHeader(w *bytes.Buffer, o options, kineticd string, maxConn int) {
 	fmt.Fprintf(w, "\nTargets %s. Primary + 1 streaming replica (PostgreSQL 15, fsync off, max_connections = %d), pgbench scale %d. "+
 		"Each run: %d s measured after a warm-up of %d transactions per client, `-j min(2, clients)`; median of %d round(s), targets interleaved per round. "+
 		"Proxies are started afresh for every run with pools of clients + 4 server connections (PgBouncer default_pool_size, "+
-		"pgpool num_init_children, kineticd routes.pool.size).\n\n",
+		"pgpool num_init_children, kineticd routes.pool.size); "+
+		"the measured -T also covers the time pgbench took to connect its clients in the warm-up. See test/bench/README.md for the columns.\n\n",
 		strings.Join(names, ", "), maxConn, o.scale, o.seconds, o.warmup, o.rounds)
 }
