@@ -28,6 +28,12 @@ type Options struct {
 	// ResetQuery runs on Release before a connection is reused.
 	// Default "DISCARD ALL".
 	ResetQuery string
+	// CheckAfter: an idle connection is checked for a closed socket or
+	// unsolicited data (alive) before reuse only when it has been idle at
+	// least this long; 0 checks every time. Transaction pooling reuses
+	// connections within microseconds, where a check per unit would cost
+	// a syscall per query (PgBouncer's server_check_delay, 30 s there).
+	CheckAfter time.Duration
 	// NoReset skips ResetQuery on Release (transaction pooling: the
 	// holder tracks what each connection carries in Conn.State and brings
 	// it in line on the next use). ReleaseReset still resets.
@@ -114,7 +120,7 @@ func (p *Pool) take(ctx context.Context) (*Conn, error) {
 	for len(p.idle) > 0 {
 		c := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
-		if !c.alive() {
+		if (p.opts.CheckAfter == 0 || time.Since(c.idleFrom) >= p.opts.CheckAfter) && !c.alive() {
 			c.raw.Close()
 			continue
 		}
@@ -245,7 +251,7 @@ func sameOptions(a, b Options) bool {
 	if b.Size < 1 {
 		b.Size = 1
 	}
-	if a.Size != b.Size || a.AcquireTimeout != b.AcquireTimeout || a.ResetQuery != b.ResetQuery || a.NoReset != b.NoReset || a.Dialer != b.Dialer {
+	if a.Size != b.Size || a.AcquireTimeout != b.AcquireTimeout || a.ResetQuery != b.ResetQuery || a.NoReset != b.NoReset || a.CheckAfter != b.CheckAfter || a.Dialer != b.Dialer {
 		return false
 	}
 	ca, cb := a.Credentials, b.Credentials

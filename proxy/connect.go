@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
@@ -109,6 +110,20 @@ func (ss *session) connect() error {
 	return nil
 }
 
+// txCheckAfter is how long a pooled connection may sit idle in
+// transaction pooling before it is checked again at reuse.
+const txCheckAfter = 10 * time.Millisecond
+
+// checkAfter is the pool's CheckAfter: session pooling checks every
+// connection it binds (once per session); transaction pooling only those
+// idle for txCheckAfter, the others were in use a moment ago.
+func (ss *session) checkAfter() time.Duration {
+	if ss.txPool {
+		return txCheckAfter
+	}
+	return 0
+}
+
 // proxyPID is a process ID for BackendKeyData when no server process is
 // bound to the session (transaction pooling): positive, and above the
 // usual PID range so it is not mistaken for a server's.
@@ -139,6 +154,7 @@ func (ss *session) acquire(addr string) (*pool.Conn, *pool.Pool, error) {
 		AcquireTimeout: ss.route.Pool.AcquireTimeout(),
 		Credentials:    cred,
 		NoReset:        ss.txPool,
+		CheckAfter:     ss.checkAfter(),
 		Dialer:         dialer,
 	})
 	if err != nil {

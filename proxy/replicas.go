@@ -238,6 +238,7 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 		AcquireTimeout: ss.route.Pool.AcquireTimeout(),
 		Credentials:    cred,
 		NoReset:        ss.txPool,
+		CheckAfter:     ss.checkAfter(),
 		// A read must not wait long for a replica that does not answer:
 		// the primary or another replica can serve it.
 		Dialer: pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: replicaDialTimeout(ss.route, ss.srv.opts.connectTimeout)},
