@@ -1,6 +1,7 @@
 # pg-kinetic — everyday tasks.
 #
-#   make test          install deps, build, vet, run every test with -race
+#   make test          install deps, build, vet, run every test with -race,
+#                      then the e2e and client suites again in transaction pooling
 #                      (end-to-end tests start real PostgreSQL 15 via test/pgtest)
 #   make demo          run kineticd in front of a throwaway primary + replica
 #   make build         bin/kineticd
@@ -47,6 +48,8 @@ demo: deps build
 test: deps build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 25m $(GOTESTFLAGS) ./...
+	# The end-to-end and client suites once more, in transaction pooling.
+	KINETIC_TEST_POOL_MODE=transaction $(GO) test -race -count=1 -timeout 25m $(GOTESTFLAGS) ./test/e2e/ ./test/compat/
 
 # make bench: kineticd vs PgBouncer vs pgpool-II vs direct under pgbench
 # (test/bench/README.md); installs pgbouncer and pgpool2; not part of make test.

@@ -92,7 +92,11 @@ func (ss *session) serve() {
 	if ss.primary != nil {
 		ss.attach(ss.primary)
 	}
-	atBoundary, err := ss.clientToServer()
+	ss.finish(ss.clientToServer())
+}
+
+// finish closes a session after its relay loop ended.
+func (ss *session) finish(atBoundary bool, err error) {
 	var ce *clientError
 	if errors.As(err, &ce) {
 		ss.log.Info("closing client connection", zap.Error(err))

@@ -62,14 +62,24 @@ func (ss *session) awaitClient() error {
 	if !ss.idleIO || ss.r.Buffered() > 0 {
 		return nil
 	}
+	ss.lendReader()
+	err := ss.rc.Read(ss.peekFn) // the frames under this wait stay small
+	ss.borrowReader()
+	return err
+}
+
+//go:noinline
+func (ss *session) lendReader() {
 	ss.r.Reset(nil)
 	readerPool.Put(ss.r)
 	ss.r = nil
 	ss.peekWoke = false
-	err := ss.rc.Read(ss.peekFn)
+}
+
+//go:noinline
+func (ss *session) borrowReader() {
 	ss.r = readerPool.Get().(*bufio.Reader)
 	ss.r.Reset(ss.conn)
-	return err
 }
 
 // peek is awaitClient's raw read: done once readiness was signalled, or
