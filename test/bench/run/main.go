@@ -137,7 +137,7 @@ func pickTargets(list string) ([]target, error) {
 	for _, name := range splitList(list) {
 		n := 0
 		for _, t := range allTargets {
-			if name == "all" || t.name == name || t.kind == name {
+			if t.name == name || !t.optIn && (name == "all" || t.kind == name) {
 				want[t.name] = true
 				n++
 			}

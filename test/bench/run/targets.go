@@ -35,10 +35,12 @@ const (
 // target is one way of reaching the primary.
 type target struct {
 	name     string
-	kind     string // direct | pgbouncer | pgpool | kineticd
-	poolMode string // session | transaction ("" for direct)
-	routed   bool   // kineticd with read_routing_mode = prefer_replica
-	db       string // database name clients connect with
+	kind     string   // direct | pgbouncer | pgpool | kineticd
+	poolMode string   // session | transaction ("" for direct)
+	routed   bool     // kineticd with read_routing_mode = prefer_replica
+	db       string   // database name clients connect with
+	env      []string // extra environment of the proxy process
+	optIn    bool     // picked by its exact name only, not by "all" or kind
 }
 
 var allTargets = []target{
@@ -49,6 +51,9 @@ var allTargets = []target{
 	{name: "kineticd-session", kind: "kineticd", poolMode: modeSession, db: pgtest.AppDB},
 	{name: "kineticd-tx", kind: "kineticd", poolMode: modeTransaction, db: pgtest.AppDB},
 	{name: "kineticd-tx-routed", kind: "kineticd", poolMode: modeTransaction, routed: true, db: pgtest.AppDB},
+	// Variants for tuning: kineticd on one OS thread of Go code.
+	{name: "kineticd-session-gmp1", kind: "kineticd", poolMode: modeSession, db: pgtest.AppDB, env: []string{"GOMAXPROCS=1"}, optIn: true},
+	{name: "kineticd-tx-gmp1", kind: "kineticd", poolMode: modeTransaction, db: pgtest.AppDB, env: []string{"GOMAXPROCS=1"}, optIn: true},
 }
 
 // baseline names the PgBouncer target a kineticd target is compared with:
@@ -192,7 +197,7 @@ stats_period = 60
 	}
 	// SIGTERM is PgBouncer 1.18's immediate shutdown (SIGINT would wait for
 	// clients).
-	return b.spawn(dir, b.cred, syscall.SIGTERM, pgbouncerBin, filepath.Join(dir, "pgbouncer.ini"))
+	return b.spawn(dir, b.cred, nil, syscall.SIGTERM, pgbouncerBin, filepath.Join(dir, "pgbouncer.ini"))
 }
 
 func (b *bench) startPgpool(dir, addr string, clients int) (*proc, error) {
@@ -281,7 +286,7 @@ log_per_node_statement = off
 		return nil, err
 	}
 	// SIGINT is pgpool's fast shutdown.
-	return b.spawn(dir, b.cred, syscall.SIGINT, pgpoolBin, "-n", "-D",
+	return b.spawn(dir, b.cred, nil, syscall.SIGINT, pgpoolBin, "-n", "-D",
 		"-f", filepath.Join(dir, "pgpool.conf"),
 		"-F", filepath.Join(dir, "pcp.conf"),
 		"-a", filepath.Join(dir, "pool_hba.conf"))
@@ -308,7 +313,7 @@ func (b *bench) startKineticd(dir, addr string, t target, clients int) (*proc, e
 		return nil, err
 	}
 	// kineticd needs no particular user; it runs as we do.
-	return b.spawn(dir, nil, syscall.SIGTERM, b.kineticd, "--config", filepath.Join(dir, "kineticd.toml"))
+	return b.spawn(dir, nil, t.env, syscall.SIGTERM, b.kineticd, "--config", filepath.Join(dir, "kineticd.toml"))
 }
 
 // benchTOML puts the SPEC's default health probing back into a kinetictest
@@ -357,7 +362,7 @@ type proc struct {
 // The process leads its own group, so a terminal's Ctrl-C reaches only us
 // and stop can signal every process the proxy forked; it gets SIGKILL if
 // this program dies without stopping it.
-func (b *bench) spawn(dir string, cred *syscall.Credential, stopSig syscall.Signal, bin string, args ...string) (*proc, error) {
+func (b *bench) spawn(dir string, cred *syscall.Credential, env []string, stopSig syscall.Signal, bin string, args ...string) (*proc, error) {
 	logFile := filepath.Join(dir, "log")
 	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -367,7 +372,7 @@ func (b *bench) spawn(dir string, cred *syscall.Credential, stopSig syscall.Sign
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir, "LC_ALL=C"}
+	cmd.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir, "LC_ALL=C"}, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
