@@ -51,12 +51,21 @@ test: deps build
 	# The end-to-end and client suites once more, in transaction pooling.
 	KINETIC_TEST_POOL_MODE=transaction $(GO) test -race -count=1 -timeout 25m $(GOTESTFLAGS) ./test/e2e/ ./test/compat/
 
-# make bench: kineticd vs PgBouncer vs pgpool-II vs direct under pgbench
-# (test/bench/README.md); installs pgbouncer and pgpool2; not part of make test.
-# Flags for test/bench/run go in BENCHFLAGS, e.g.
-# make bench BENCHFLAGS='-seconds 3 -rounds 1 -clients 1,16' (a -out there
-# replaces the default report file).
-bench: deps build
+# make bench: every benchmark, none of them part of make test
+# (test/bench/README.md): the Go micro-benchmarks, the connection-scale run
+# and the pgbench matrix.
+bench: bench-go bench-connscale bench-pgbench
+
+# Go benchmarks with -benchmem: classifier (cache hit, literal-varying,
+# miss), eligibility decision, message relay (direct vs through kineticd).
+bench-go: deps
+	$(GO) test -run '^$$' -bench . -benchmem ./classify/ ./freshness/ ./test/bench/relay/
+
+# kineticd vs PgBouncer vs pgpool-II vs direct under pgbench; installs
+# pgbouncer and pgpool2. Flags for test/bench/run go in BENCHFLAGS, e.g.
+# make bench-pgbench BENCHFLAGS='-seconds 3 -rounds 1 -clients 1,16' (a -out
+# there replaces the default report file).
+bench-pgbench: deps build
 	bash scripts/install-bench-deps.sh
 	$(GO) run ./test/bench/run -kineticd bin/kineticd -out test/bench/results/latest.md $(BENCHFLAGS)
 
@@ -74,6 +83,6 @@ clean:
 # (test/bench/connscale). Flags go in CONNSCALEFLAGS, e.g.
 # make bench-connscale CONNSCALEFLAGS='-pool-mode session -pool 250 -clients 200'
 CONNSCALEFLAGS ?=
-.PHONY: bench-connscale
+.PHONY: bench-connscale bench-go bench-pgbench
 bench-connscale: deps build
 	$(GO) run ./test/bench/connscale -kineticd bin/kineticd $(CONNSCALEFLAGS)
