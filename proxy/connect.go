@@ -226,6 +226,12 @@ func (ss *session) primaryLink() (*link, error) {
 	c, p, err := ss.acquire(ss.route.Primary.Address)
 	if err != nil {
 		// The session survives (its reads go on); this unit fails.
+		var ce *clientError
+		if errors.As(err, &ce) && ce.code == codeTooManyConnections {
+			// A full pool (transaction pooling): the unit fails, like
+			// PgBouncer's query_wait_timeout, and the client may retry.
+			return nil, &clientError{severity: "ERROR", code: ce.code, message: ce.message, detail: ce.detail}
+		}
 		return nil, &clientError{severity: "ERROR", code: codeConnectionFailure,
 			message: "pg-kinetic: the primary of route " + quoteIdent(ss.route.Name) + " is unavailable",
 			detail:  err.Error()}

@@ -314,3 +314,30 @@ func TestTxPoolClientPIDIsNotAServer(t *testing.T) {
 		t.Fatalf("BackendKeyData pid %d is a server process", pid)
 	}
 }
+
+// TestTxPoolFullPoolFailsTheUnitOnly: with the only server connection held
+// by an open transaction, another client's statement fails with 53300
+// after acquire_timeout_ms, and that client's session stays usable.
+func TestTxPoolFullPoolFailsTheUnitOnly(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: 1, AcquireTimeout: 300})
+	ctx := ctxT(t, 30*time.Second)
+	holder := connect(t, ctx, px.AppDSN())
+	waiter := connect(t, ctx, px.AppDSN())
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "select 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waiter.Exec(ctx, "select 1"); pgCode(err) != "53300" {
+		t.Fatalf("statement while the pool's only connection is in a transaction: %v, want 53300", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryInt(t, ctx, waiter, "select 6 * 7"); got != 42 {
+		t.Fatalf("after the pool freed up: %d", got)
+	}
+}
