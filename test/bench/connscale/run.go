@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pg-kinetic/pg-kinetic/test/bench/internal/benchutil"
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
@@ -72,7 +73,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		return nil, err
 	}
 
-	addr, err := freeAddr()
+	addr, err := benchutil.FreeAddr()
 	if err != nil {
 		return nil, err
 	}

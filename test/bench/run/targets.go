@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pg-kinetic/pg-kinetic/test/bench/internal/benchutil"
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
@@ -124,7 +125,7 @@ func (b *bench) start(ctx context.Context, t target, clients int) (*instance, er
 	if err := os.Chown(dir, b.uid, b.gid); err != nil {
 		return nil, err
 	}
-	addr, err := freeAddr()
+	addr, err := benchutil.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +146,7 @@ func (b *bench) start(ctx context.Context, t target, clients int) (*instance, er
 	in := &instance{addr: addr, proc: p}
 	if err := waitReady(ctx, p, addr, t.db); err != nil {
 		in.stop()
-		return nil, fmt.Errorf("%s: %w\n--- tail of %s ---\n%s", t.name, err, p.logFile, tail(p.logFile, 20))
+		return nil, fmt.Errorf("%s: %w\n--- tail of %s ---\n%s", t.name, err, p.logFile, benchutil.Tail(p.logFile, 20))
 	}
 	return in, nil
 }
@@ -202,7 +203,7 @@ stats_period = 60
 
 func (b *bench) startPgpool(dir, addr string, clients int) (*proc, error) {
 	host, port, _ := net.SplitHostPort(addr)
-	pcpAddr, err := freeAddr()
+	pcpAddr, err := benchutil.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -440,29 +441,6 @@ func waitReady(ctx context.Context, p *proc, addr, db string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// tail returns the last n lines of file, for error messages.
-func tail(file string, n int) string {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // waitDrained waits until no session of the app user is left on any server:
