@@ -14,18 +14,9 @@ set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
 
-say() { printf 'install-bench-deps: %s\n' "$*"; }
-die() { printf 'install-bench-deps: error: %s\n' "$*" >&2; exit 1; }
-
-as_root() {
-	if [ "$(id -u)" -eq 0 ]; then
-		"$@"
-	elif command -v sudo >/dev/null 2>&1; then
-		sudo env DEBIAN_FRONTEND=noninteractive "$@"
-	else
-		die "need root to run: $* (re-run as root or install sudo)"
-	fi
-}
+SCRIPT_NAME=install-bench-deps
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 

@@ -26,18 +26,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PGBIN=/usr/lib/postgresql/15/bin
 export DEBIAN_FRONTEND=noninteractive
 
-say() { printf 'install-deps: %s\n' "$*"; }
-die() { printf 'install-deps: error: %s\n' "$*" >&2; exit 1; }
-
-as_root() {
-	if [ "$(id -u)" -eq 0 ]; then
-		"$@"
-	elif command -v sudo >/dev/null 2>&1; then
-		sudo env DEBIAN_FRONTEND=noninteractive "$@"
-	else
-		die "need root to run: $* (re-run as root or install sudo)"
-	fi
-}
+SCRIPT_NAME=install-deps
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh # the cd above made the repository root current
 
 # --- system packages -------------------------------------------------------
 packages=()
