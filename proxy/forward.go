@@ -695,6 +695,7 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 	// classifying, except in transaction pooling: the session's SETs,
 	// statements and pinning effects must still be known there.
 	routingOff := ss.routingMode() == config.RoutingOff && !ss.txPool
+	effectsOnly := ss.routingMode() == config.RoutingOff && ss.txPool
 	use := func(query string) {
 		var c *classified
 		if len(ds) < cap(ds) {
@@ -705,9 +706,11 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 		}
 		c.text = query
 		ds = append(ds, c)
-		if routingOff {
+		if routingOff || effectsOnly && classify.SessionNeutral(query) {
 			// Every unit goes to the primary: nothing to classify (the
-			// proxy still answers SHOW pg_kinetic.last_route by its text).
+			// proxy still answers SHOW pg_kinetic.last_route by its text),
+			// unless transaction pooling must learn the unit's session
+			// effects, which a plain SELECT without calls provably has not.
 			return
 		}
 		c.Decision = ss.classifier.Classify(query)
