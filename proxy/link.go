@@ -112,7 +112,46 @@ func newLink(c *pool.Conn, p *pool.Pool, replica, claimed bool) *link {
 // attach starts the link's reader. The session owns the goroutine and
 // joins it in detach.
 func (ss *session) attach(l *link) {
-	go func() { l.readerDone <- ss.serverToClient(l) }()
+	if !ss.txPool {
+		go func() { l.readerDone <- ss.serverToClient(l) }()
+		return
+	}
+	// Transaction pooling attaches a reader per unit: an idle reader
+	// goroutine takes it (its stack already grown), or a new one starts.
+	select {
+	case ss.srv.readers <- readerJob{ss: ss, l: l}:
+	default:
+		go ss.srv.reader(readerJob{ss: ss, l: l})
+	}
+}
+
+// readerJob is a link whose reader is to run.
+type readerJob struct {
+	ss *session
+	l  *link
+}
+
+// maxIdleReaders bounds the reader goroutines kept waiting for work.
+const maxIdleReaders = 256
+
+// reader runs link readers one after the other, waiting for the next
+// while fewer than maxIdleReaders wait, until the server closes.
+func (s *Server) reader(j readerJob) {
+	for {
+		j.l.readerDone <- j.ss.serverToClient(j.l)
+		j = readerJob{} // hold no session while idle
+		if s.idleReaders.Add(1) > maxIdleReaders {
+			s.idleReaders.Add(-1)
+			return
+		}
+		select {
+		case j = <-s.readers:
+			s.idleReaders.Add(-1)
+		case <-s.readersDone:
+			s.idleReaders.Add(-1)
+			return
+		}
+	}
 }
 
 // detach stops l's reader and returns the connection to its pool when it is

@@ -72,6 +72,13 @@ type Server struct {
 	cancels   map[cancelKey]*session
 	draining  bool
 	wg        sync.WaitGroup // every goroutine the server starts
+
+	// Link readers of transaction pooling, kept for the next unit instead
+	// of a goroutine per unit (link.go: attach).
+	readers     chan readerJob
+	idleReaders atomic.Int32
+	readersDone chan struct{}
+	stopReaders sync.Once
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -92,12 +99,14 @@ func New(opts Options) (*Server, error) {
 		opts.connectTimeout = 10 * time.Second
 	}
 	s := &Server{
-		opts:      opts,
-		log:       opts.Logger,
-		pools:     pool.NewManager(),
-		listeners: map[net.Listener]struct{}{},
-		sessions:  map[*session]struct{}{},
-		cancels:   map[cancelKey]*session{},
+		readers:     make(chan readerJob),
+		readersDone: make(chan struct{}),
+		opts:        opts,
+		log:         opts.Logger,
+		pools:       pool.NewManager(),
+		listeners:   map[net.Listener]struct{}{},
+		sessions:    map[*session]struct{}{},
+		cancels:     map[cancelKey]*session{},
 	}
 	rand.Read(s.mockNonce[:])
 	ro, err := loadRollout(opts.Config.Load(), opts.Logger)
@@ -244,6 +253,7 @@ func (s *Server) Close() error {
 // closeRouting stops health checks and closes pools and catalog
 // connections once no session uses them.
 func (s *Server) closeRouting() {
+	s.stopReaders.Do(func() { close(s.readersDone) })
 	s.pools.Close()
 	if r := s.routing.Swap(nil); r != nil {
 		r.close()
