@@ -78,6 +78,7 @@ type decision struct {
 //
 //	read, replicas A(eligible, w=1) B(eligible, w=3), rnd=0.5  -> replica B, "read"
 //	read, A down, B down                                        -> primary, "replica_unavailable"
+//	read, A down, B behind the session's token                  -> primary, "read_your_writes"
 //	read inside BEGIN on the primary                            -> primary, "in_transaction"
 //	INSERT                                                      -> primary, "write"
 //	/* pg-kinetic: primary */ SELECT                            -> primary, "hint_primary"
@@ -111,11 +112,13 @@ func decide(s sessionInfo, u unitInfo, cands []candidate, rnd float64) decision 
 			}
 		}
 	}
+	// Why no replica: the weightiest reason among the replicas (see
+	// reasonWeight), the last one in config order among equals.
 	total, why := 0, reasonReplicaUnavailable
 	for _, c := range cands {
 		if c.eligible && c.weight > 0 {
 			total += c.weight
-		} else if c.reason != "" {
+		} else if c.reason != "" && reasonWeight(c.reason) >= reasonWeight(why) {
 			why = c.reason
 		}
 	}
@@ -136,6 +139,21 @@ func decide(s sessionInfo, u unitInfo, cands []candidate, rnd float64) decision 
 		pick -= c.weight
 	}
 	return decision{target: targetPrimary, reason: why} // unreachable
+}
+
+// reasonWeight orders the reasons a replica was not eligible, for the one
+// a read that fell back reports: a replica that is not what it should be
+// (split brain, another timeline) first, then one that is up but not fresh
+// enough for this read, then one that is down or unknown. The order does
+// not depend on which replica comes first in the config.
+func reasonWeight(reason string) int {
+	switch reason {
+	case reasonSplitBrain, "timeline_changed":
+		return 2
+	case reasonReplicaUnavailable:
+		return 0
+	}
+	return 1
 }
 
 // decideSessionServer picks the server a session is bound to at startup:

@@ -24,6 +24,8 @@ func TestDecide(t *testing.T) {
 		{"weight zero drains", prefer, read, []candidate{{addr: "a", weight: 0, eligible: true}, {addr: "b", weight: 2, eligible: true}}, 0, decision{target: targetReplica, addr: "b", reason: "read"}},
 		{"no replica eligible", prefer, read, down, 0.3, decision{target: targetPrimary, addr: "", reason: "split_brain"}},
 		{"no replicas configured", prefer, read, nil, 0.3, decision{target: targetPrimary, addr: "", reason: "replica_unavailable"}},
+		{"a reachable replica's reason wins, either order", prefer, read, []candidate{{addr: "a", weight: 1, reason: "read_your_writes"}, {addr: "b", weight: 1, reason: "replica_unavailable"}}, 0, decision{target: targetPrimary, reason: "read_your_writes"}},
+		{"a reachable replica's reason wins, other order", prefer, read, []candidate{{addr: "b", weight: 1, reason: "replica_unavailable"}, {addr: "a", weight: 1, reason: "read_your_writes"}}, 0, decision{target: targetPrimary, reason: "read_your_writes"}},
 		{"require_replica rejects", sessionInfo{mode: "require_replica", fallback: "primary"}, read, down, 0, decision{target: targetRejected, addr: "", reason: "split_brain"}},
 		{"fallback reject", sessionInfo{mode: "prefer_replica", fallback: "reject"}, read, nil, 0, decision{target: targetRejected, addr: "", reason: "replica_unavailable"}},
 		{"write", prefer, unitInfo{reason: "write"}, both, 0, decision{target: targetPrimary, addr: "", reason: "write"}},
