@@ -271,7 +271,7 @@ func waitStreaming(ctx context.Context, s *Server) error {
 			coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false)`,
 		s.Name+" to stream from the primary")
 	if err != nil {
-		return fmt.Errorf("pgtest: %w\n--- tail of %s ---\n%s", err, s.LogFile, logTail(s.LogFile, 30))
+		return fmt.Errorf("pgtest: %w\n--- tail of %s ---\n%s", err, s.LogFile, LogTail(s.LogFile, 30))
 	}
 	return nil
 }

@@ -276,8 +276,8 @@ func (r runner) checkTraversable(dir string) error {
 	}
 }
 
-// logTail returns the last n lines of file, for error messages.
-func logTail(file string, n int) string {
+// LogTail returns the last n lines of file, for error messages.
+func LogTail(file string, n int) string {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return fmt.Sprintf("(no log: %v)", err)

@@ -224,7 +224,7 @@ func (s *Server) startLocked(ctx context.Context) error {
 			s.signalLocked(syscall.SIGQUIT, 10*time.Second)
 		}
 		return fmt.Errorf("pgtest: start %s on port %d: %w\n--- tail of %s ---\n%s",
-			s.Name, s.Port, err, s.LogFile, logTail(s.LogFile, 30))
+			s.Name, s.Port, err, s.LogFile, LogTail(s.LogFile, 30))
 	}
 	return nil
 }

@@ -31,7 +31,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pg-kinetic/pg-kinetic/test/bench/internal/benchutil"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
 
@@ -319,7 +318,7 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 			return result{}, context.Cause(ctx)
 		}
 		if in != nil && in.proc != nil {
-			if log := strings.TrimSpace(benchutil.Tail(in.proc.logFile, 10)); log != "" {
+			if log := strings.TrimSpace(pgtest.LogTail(in.proc.logFile, 10)); log != "" {
 				fmt.Fprintf(os.Stderr, "bench: %s failed (%v); tail of its log:\n%s\n", t.name, err, log)
 			}
 		}

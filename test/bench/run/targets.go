@@ -146,7 +146,7 @@ func (b *bench) start(ctx context.Context, t target, clients int) (*instance, er
 	in := &instance{addr: addr, proc: p}
 	if err := waitReady(ctx, p, addr, t.db); err != nil {
 		in.stop()
-		return nil, fmt.Errorf("%s: %w\n--- tail of %s ---\n%s", t.name, err, p.logFile, benchutil.Tail(p.logFile, 20))
+		return nil, fmt.Errorf("%s: %w\n--- tail of %s ---\n%s", t.name, err, p.logFile, pgtest.LogTail(p.logFile, 20))
 	}
 	return in, nil
 }

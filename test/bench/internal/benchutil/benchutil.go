@@ -2,10 +2,7 @@
 package benchutil
 
 import (
-	"fmt"
 	"net"
-	"os"
-	"strings"
 )
 
 // FreeAddr returns a loopback address whose port was free a moment ago.
@@ -16,17 +13,4 @@ func FreeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
-}
-
-// Tail returns the last n lines of file, for error messages.
-func Tail(file string, n int) string {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
