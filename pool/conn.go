@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pg-kinetic/pg-kinetic/internal/rawsock"
 )
 
 // bufSize is the read and write buffer of a server connection. 32 KiB holds
@@ -98,6 +100,16 @@ func (d Dialer) Dial(ctx context.Context, addr string, cred Credentials) (*Conn,
 		cfg.RuntimeParams[k] = v
 	}
 	cfg.User, cfg.Password, cfg.Database = cred.User, cred.Password, cred.Database
+	// The socket under pgconn (and under TLS when there is TLS) does its
+	// reads and writes with rawsock: see that package for why.
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return rawsock.Wrap(c), nil
+	}
 	if d.ConnectTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.ConnectTimeout)

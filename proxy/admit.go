@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/internal/rawsock"
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
 )
 
@@ -48,7 +49,7 @@ func (s *Server) handle(nc net.Conn) {
 }
 
 func (s *Server) newSession(nc net.Conn) *session {
-	if tc, ok := nc.(*net.TCPConn); ok {
+	if tc, ok := rawsock.TCP(nc); ok {
 		tc.SetNoDelay(true)
 		tc.SetKeepAlive(true)
 	}

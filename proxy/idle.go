@@ -2,9 +2,9 @@ package proxy
 
 import (
 	"bufio"
-	"net"
 	"sync"
-	"syscall"
+
+	"github.com/pg-kinetic/pg-kinetic/internal/rawsock"
 )
 
 // Client buffers are lent, not owned: an idle client connection (most of
@@ -19,7 +19,7 @@ var (
 // startIdleIO enables buffer lending for a plain TCP client (a TLS
 // connection keeps decrypted bytes of its own, so its buffers stay).
 func (ss *session) startIdleIO() {
-	tc, ok := ss.conn.(*net.TCPConn)
+	tc, ok := rawsock.TCP(ss.conn)
 	if !ok {
 		return
 	}
@@ -89,9 +89,7 @@ func (ss *session) peek(fd uintptr) bool {
 	if ss.peekWoke {
 		return true
 	}
-	var b [1]byte
-	_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	if err == syscall.EAGAIN || err == syscall.EWOULDBLOCK {
+	if rawsock.PeekEmpty(fd) {
 		ss.peekWoke = true
 		return false
 	}

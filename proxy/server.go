@@ -16,6 +16,7 @@ import (
 
 	"github.com/pg-kinetic/pg-kinetic/admin"
 	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/internal/rawsock"
 	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
@@ -195,6 +196,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
+		c = rawsock.Wrap(c)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
