@@ -35,22 +35,31 @@ const maxRW = 1 << 30
 // TCPConn's own.
 type Conn struct {
 	*net.TCPConn
-	rc syscall.RawConn
+	r, w half
+}
 
-	// Read and Write state: the callbacks are bound once (readFn, writeFn)
-	// so a call allocates nothing. Reads are serialized by rmu, writes by
-	// wmu; a read and a write may run at the same time.
-	rmu    sync.Mutex
-	rb     []byte
-	rn     int
-	rerr   syscall.Errno
-	readFn func(uintptr) bool
+// half is the state of one direction. Its callback is bound once, so a
+// call allocates nothing. Reads are serialized by r.mu, writes by w.mu; a
+// read and a write may run at the same time.
+type half struct {
+	mu    sync.Mutex
+	b     []byte
+	n     int
+	errno syscall.Errno
+	fn    func(uintptr) bool             // readFD or writeFD
+	wait  func(func(uintptr) bool) error // the RawConn's Read or Write
+}
 
-	wmu     sync.Mutex
-	wb      []byte
-	wn      int
-	werr    syscall.Errno
-	writeFn func(uintptr) bool
+// run gives b to the callback through the RawConn, which calls it again
+// after each readiness wait until it reports done.
+func (h *half) run(b []byte) (int, syscall.Errno, error) {
+	h.mu.Lock()
+	h.b, h.n, h.errno = b, 0, 0
+	err := h.wait(h.fn)
+	n, errno := h.n, h.errno
+	h.b = nil
+	h.mu.Unlock()
+	return n, errno, err
 }
 
 // Wrap returns c as a *Conn when it is a *net.TCPConn, and c unchanged
@@ -64,9 +73,9 @@ func Wrap(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	x := &Conn{TCPConn: tc, rc: rc}
-	x.readFn = x.readFD
-	x.writeFn = x.writeFD
+	x := &Conn{TCPConn: tc}
+	x.r.fn, x.r.wait = x.readFD, rc.Read
+	x.w.fn, x.w.wait = x.writeFD, rc.Write
 	return x
 }
 
@@ -79,12 +88,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	if len(b) > maxRW {
 		b = b[:maxRW]
 	}
-	c.rmu.Lock()
-	c.rb, c.rn, c.rerr = b, 0, 0
-	err := c.rc.Read(c.readFn)
-	n, errno := c.rn, c.rerr
-	c.rb = nil
-	c.rmu.Unlock()
+	n, errno, err := c.r.run(b)
 	switch {
 	case err != nil: // closed, deadline exceeded: already a *net.OpError
 		return 0, err
@@ -98,17 +102,17 @@ func (c *Conn) Read(b []byte) (int, error) {
 
 func (c *Conn) readFD(fd uintptr) bool {
 	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rb[0])), uintptr(len(c.rb)))
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.r.b[0])), uintptr(len(c.r.b)))
 		switch e {
 		case 0:
-			c.rn = int(r)
+			c.r.n = int(r)
 			return true
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
 			return false // wait for readiness in the netpoller, then again
 		default:
-			c.rerr = e
+			c.r.errno = e
 			return true
 		}
 	}
@@ -119,12 +123,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	c.wmu.Lock()
-	c.wb, c.wn, c.werr = b, 0, 0
-	err := c.rc.Write(c.writeFn)
-	n, errno := c.wn, c.werr
-	c.wb = nil
-	c.wmu.Unlock()
+	n, errno, err := c.w.run(b)
 	switch {
 	case err != nil:
 		return n, err
@@ -135,20 +134,20 @@ func (c *Conn) Write(b []byte) (int, error) {
 }
 
 func (c *Conn) writeFD(fd uintptr) bool {
-	for c.wn < len(c.wb) {
-		p := c.wb[c.wn:]
+	for c.w.n < len(c.w.b) {
+		p := c.w.b[c.w.n:]
 		if len(p) > maxRW {
 			p = p[:maxRW]
 		}
 		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 		switch e {
 		case 0:
-			c.wn += int(r)
+			c.w.n += int(r)
 		case syscall.EINTR:
 		case syscall.EAGAIN:
 			return false // the send buffer is full: wait until writable
 		default:
-			c.werr = e
+			c.w.errno = e
 			return true
 		}
 	}
