@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pg-kinetic/pg-kinetic/test/bench/internal/benchutil"
 )
 
 // dialResult is how opening the clients went.
@@ -154,7 +156,7 @@ func runLoad(ctx context.Context, conns []*pgconn.PgConn, d time.Duration, proto
 					_, err = rr.Close()
 				} else {
 					sql = strconv.AppendInt(append(sql[:0], selectSimple...), int64(aid), 10)
-					n, err = countRows(conn.Exec(ctx, string(sql)))
+					n, err = benchutil.CountRows(conn.Exec(ctx, string(sql)))
 				}
 				lat := time.Since(t0)
 				if ctx.Err() != nil {
@@ -202,23 +204,6 @@ func runLoad(ctx context.Context, conns []*pgconn.PgConn, d time.Duration, proto
 		slices.Sort(p.latencies)
 	}
 	return res
-}
-
-// countRows reads every result of a simple Query and returns the number of
-// rows, without keeping them.
-func countRows(mrr *pgconn.MultiResultReader) (int, error) {
-	n := 0
-	for mrr.NextResult() {
-		rr := mrr.ResultReader()
-		for rr.NextRow() {
-			n++
-		}
-		if _, err := rr.Close(); err != nil {
-			mrr.Close()
-			return n, err
-		}
-	}
-	return n, mrr.Close()
 }
 
 // checkIdle runs SELECT 1 on every conn, 32 at a time, and returns how

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/goleak"
 
+	"github.com/pg-kinetic/pg-kinetic/test/bench/internal/benchutil"
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
@@ -92,18 +93,7 @@ func (w workload) roundTrip(ctx context.Context, conn *pgconn.PgConn, extended b
 		_, err := rr.Close()
 		return n, err
 	}
-	mrr := conn.Exec(ctx, w.simple[i%len(w.simple)])
-	for mrr.NextResult() {
-		rr := mrr.ResultReader()
-		for rr.NextRow() {
-			n++
-		}
-		if _, err := rr.Close(); err != nil {
-			mrr.Close()
-			return n, err
-		}
-	}
-	return n, mrr.Close()
+	return benchutil.CountRows(conn.Exec(ctx, w.simple[i%len(w.simple)]))
 }
 
 // BenchmarkRelay measures one query round trip of a single client, direct

@@ -3,6 +3,8 @@ package benchutil
 
 import (
 	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // FreeAddr returns a loopback address whose port was free a moment ago.
@@ -13,4 +15,21 @@ func FreeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// CountRows reads every result of a simple Query and returns the number of
+// rows, without keeping them.
+func CountRows(mrr *pgconn.MultiResultReader) (int, error) {
+	n := 0
+	for mrr.NextResult() {
+		rr := mrr.ResultReader()
+		for rr.NextRow() {
+			n++
+		}
+		if _, err := rr.Close(); err != nil {
+			mrr.Close()
+			return n, err
+		}
+	}
+	return n, mrr.Close()
 }
