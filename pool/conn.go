@@ -192,19 +192,11 @@ func (c *Conn) alive() bool {
 	return c.rc.Read(c.peek) == nil && c.peekAlive
 }
 
-// peekFD is alive's raw read: one non-blocking MSG_PEEK. It is bound to
-// c once (Conn.peek) so a check allocates nothing.
+// peekFD is alive's raw read: one non-blocking MSG_PEEK, which must find
+// nothing (data would be a FATAL error before close; end of stream, a
+// closed connection). It is bound to c once (Conn.peek) so a check
+// allocates nothing.
 func (c *Conn) peekFD(fd uintptr) bool {
-	var buf [1]byte
-	n, _, rerr := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	switch {
-	case n == 0 && rerr == nil: // orderly shutdown by the server
-		c.peekAlive = false
-	case n > 0: // unexpected data: a FATAL error before close
-		c.peekAlive = false
-	case rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK:
-	default:
-		c.peekAlive = false
-	}
+	c.peekAlive = rawsock.PeekEmpty(fd)
 	return true
 }
