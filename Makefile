@@ -78,11 +78,14 @@ fmt:
 clean:
 	rm -rf bin .demo
 
-# Connection-scale benchmark, not part of make test: kineticd's RSS per idle
-# client and the TPS of 64 active clients among 10000 idle ones
-# (test/bench/connscale). Flags go in CONNSCALEFLAGS, e.g.
+# Connection-scale benchmark, not part of make test: RSS per idle client and
+# the TPS of 64 active clients among 10000 idle ones (test/bench/connscale),
+# for kineticd and then for PgBouncer with the same pool settings; installs
+# pgbouncer. Flags go in CONNSCALEFLAGS (both runs), e.g.
 # make bench-connscale CONNSCALEFLAGS='-pool-mode session -pool 250 -clients 200'
 CONNSCALEFLAGS ?=
 .PHONY: bench-connscale bench-go bench-pgbench
 bench-connscale: deps build
+	bash scripts/install-bench-deps.sh
 	$(GO) run ./test/bench/connscale -kineticd bin/kineticd $(CONNSCALEFLAGS)
+	$(GO) run ./test/bench/connscale -target pgbouncer $(CONNSCALEFLAGS)

@@ -2,7 +2,9 @@
 // serves a few busy clients among many idle ones (issue 6, item 4). It is a
 // tool, not part of make test. It starts a PostgreSQL 15 primary
 // (test/pgtest), loads pgbench -i -s 1 into it, runs the kineticd binary in
-// front of it with a config rendered by test/kinetictest, and then:
+// front of it with a config rendered by test/kinetictest (or, with
+// -target pgbouncer, PgBouncer 1.18 with the same pool mode, pool size and
+// client limit, for comparison), and then:
 //
 //  1. warms kineticd up (-active clients run the load for -warmup, then
 //     disconnect), waits -settle and reads its VmRSS;
@@ -25,6 +27,7 @@
 //
 //	make build && go run ./test/bench/connscale
 //	go run ./test/bench/connscale -pool-mode session -pool 250 -clients 200
+//	go run ./test/bench/connscale -target pgbouncer
 //
 // In session mode every client holds a server connection, so -clients must
 // not exceed -pool; the cluster's max_connections is raised to fit -pool.
@@ -43,6 +46,7 @@ import (
 
 // options are the command line.
 type options struct {
+	target          string // kineticd or pgbouncer
 	kineticd        string // path of the binary
 	clients         int
 	active          int
@@ -61,13 +65,14 @@ type options struct {
 func main() {
 	var o options
 	var seconds int
+	flag.StringVar(&o.target, "target", "kineticd", "proxy to measure: kineticd or pgbouncer")
 	flag.StringVar(&o.kineticd, "kineticd", "bin/kineticd", "kineticd binary (make build)")
 	flag.IntVar(&o.clients, "clients", 10000, "idle client connections to open")
 	flag.IntVar(&o.active, "active", 64, "clients of -clients that run the load")
 	flag.StringVar(&o.poolMode, "pool-mode", "transaction", "pool_mode: session or transaction")
-	flag.IntVar(&o.poolSize, "pool", 16, "routes.pool.size")
-	flag.IntVar(&o.maxClientConn, "max-client-conn", 0, "server.max_client_conn (0: clients + 100)")
-	flag.IntVar(&o.acquireTimeout, "acquire-timeout-ms", 0, "routes.pool.acquire_timeout_ms (0: 2000)")
+	flag.IntVar(&o.poolSize, "pool", 16, "routes.pool.size (PgBouncer: default_pool_size)")
+	flag.IntVar(&o.maxClientConn, "max-client-conn", 0, "server.max_client_conn (0: clients + 100; PgBouncer: max_client_conn)")
+	flag.IntVar(&o.acquireTimeout, "acquire-timeout-ms", 0, "routes.pool.acquire_timeout_ms (0: 2000; PgBouncer: query_wait_timeout, in whole seconds)")
 	flag.IntVar(&o.dialConcurrency, "dial-concurrency", 32, "connections opened at a time")
 	flag.IntVar(&o.maxDialFailures, "max-dial-failures", 50, "stop opening connections after this many failed")
 	flag.StringVar(&o.protocol, "protocol", "both", "load protocol: both (half each), simple or extended")
@@ -103,6 +108,8 @@ func (o options) check() error {
 		return errors.New("-clients, -active, -pool, -dial-concurrency and -seconds must be positive")
 	case o.active > o.clients:
 		return fmt.Errorf("-active %d is more than -clients %d", o.active, o.clients)
+	case o.target != "kineticd" && o.target != "pgbouncer":
+		return fmt.Errorf("-target %q: want kineticd or pgbouncer", o.target)
 	case o.poolMode != "session" && o.poolMode != "transaction":
 		return fmt.Errorf("-pool-mode %q: want session or transaction", o.poolMode)
 	case o.protocol != "both" && o.protocol != "simple" && o.protocol != "extended":

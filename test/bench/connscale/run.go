@@ -48,8 +48,10 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("%w (run make build first, or pass -kineticd)", err)
+	if o.target == "kineticd" {
+		if _, err := os.Stat(bin); err != nil {
+			return nil, fmt.Errorf("%w (run make build first, or pass -kineticd)", err)
+		}
 	}
 	dir, err := os.MkdirTemp("", "connscale-")
 	if err != nil {
@@ -77,31 +79,40 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cfgPath := filepath.Join(dir, "kineticd.toml")
-	cfg := kinetictest.TOML(cl, kinetictest.Params{Listen: addr, PoolMode: o.poolMode, PoolSize: o.poolSize,
-		MaxClientConn: o.maxClientConn, AcquireTimeout: o.acquireTimeout, LogLevel: "warn"})
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return nil, err
+	var k *proxy
+	version := ""
+	if o.target == "pgbouncer" {
+		version = pgbouncerVersion()
+		progress("starting %s (pool_mode %s, pool size %d, max_client_conn %d)", version, o.poolMode, o.poolSize, o.maxClientConn)
+		k, err = startPgbouncer(ctx, cl, dir, addr, o)
+	} else {
+		cfgPath := filepath.Join(dir, "kineticd.toml")
+		cfg := kinetictest.TOML(cl, kinetictest.Params{Listen: addr, PoolMode: o.poolMode, PoolSize: o.poolSize,
+			MaxClientConn: o.maxClientConn, AcquireTimeout: o.acquireTimeout, LogLevel: "warn"})
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+			return nil, err
+		}
+		version = kineticdVersion(bin)
+		progress("starting %s (pool_mode %s, pool size %d, max_client_conn %d)", bin, o.poolMode, o.poolSize, o.maxClientConn)
+		k, err = startProxy(ctx, "kineticd", []string{bin, "--config", cfgPath}, nil, addr, filepath.Join(dir, "kineticd.log"))
 	}
-	progress("starting %s (pool_mode %s, pool size %d, max_client_conn %d)", bin, o.poolMode, o.poolSize, o.maxClientConn)
-	k, err := startKineticd(ctx, bin, cfgPath, addr, filepath.Join(dir, "kineticd.log"))
 	if err != nil {
 		return nil, err
 	}
-	res = &result{o: o, version: kineticdVersion(bin)}
+	res = &result{o: o, version: version}
 	defer func() {
 		if serr := k.stop(); serr != nil {
 			err = errors.Join(err, serr)
 		}
 	}()
 	dsn := kinetictest.DSN(addr, pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB) + "&connect_timeout=60"
-	// alive turns a kineticd crash into the error of the step that saw it.
+	// alive turns a proxy crash into the error of the step that saw it.
 	alive := func(step string) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if k.exited() {
-			return fmt.Errorf("kineticd exited during %s: %v\n%s", step, k.err, k.logTail(30))
+			return fmt.Errorf("%s exited during %s: %v\n%s", k.name, step, k.err, k.logTail(30))
 		}
 		return nil
 	}
@@ -237,14 +248,15 @@ func (r *result) print(w io.Writer) {
 	row := func(name, format string, args ...any) {
 		fmt.Fprintf(w, "| %s | %s |\n", name, fmt.Sprintf(format, args...))
 	}
-	row("kineticd RSS after warm-up, no clients", "%s", kib(r.before.rssKiB))
+	t := o.target
+	row(t+" RSS after warm-up, no clients", "%s", kib(r.before.rssKiB))
 	if !r.haveIdle {
 		return
 	}
 	n := len(r.dial.conns)
 	row("clients connected", "%d of %d in %.1f s (%.0f/s, %d at a time)", n, o.clients, r.dial.duration.Seconds(),
 		float64(n)/r.dial.duration.Seconds(), o.dialConcurrency)
-	row("kineticd RSS with the clients idle", "%s (peak %s)", kib(r.idle.rssKiB), kib(r.idle.hwmKiB))
+	row(t+" RSS with the clients idle", "%s (peak %s)", kib(r.idle.rssKiB), kib(r.idle.hwmKiB))
 	if n > 0 {
 		note := ""
 		if o.poolMode == "session" {
@@ -253,7 +265,7 @@ func (r *result) print(w io.Writer) {
 		row("**RSS per idle client**", "**%.1f KiB** ((%d − %d KiB) / %d%s)", float64(r.idle.rssKiB-r.before.rssKiB)/float64(n),
 			r.idle.rssKiB, r.before.rssKiB, n, note)
 	}
-	row("kineticd open fds / threads", "%d / %d before, %d / %d with the clients", r.before.fds, r.before.threads, r.idle.fds, r.idle.threads)
+	row(t+" open fds / threads", "%d / %d before, %d / %d with the clients", r.before.fds, r.before.threads, r.idle.fds, r.idle.threads)
 	if r.haveLoad {
 		l := r.load
 		secs := l.elapsed.Seconds()
@@ -279,14 +291,18 @@ func (r *result) print(w io.Writer) {
 		if q > 0 {
 			perQuery = r.loadCPU / time.Duration(q)
 		}
-		row("**kineticd CPU during the load**", "**%.2f s** (%.0f%% of one core, %.1f µs per query)", r.loadCPU.Seconds(),
+		row("**"+t+" CPU during the load**", "**%.2f s** (%.0f%% of one core, %.1f µs per query)", r.loadCPU.Seconds(),
 			100*r.loadCPU.Seconds()/secs, float64(perQuery)/float64(time.Microsecond))
 		row("load generator CPU (this process)", "%.2f s", r.clientCPU.Seconds())
-		row("kineticd RSS after the load", "%s (peak %s)", kib(r.afterLoad.rssKiB), kib(r.afterLoad.hwmKiB))
+		row(t+" RSS after the load", "%s (peak %s)", kib(r.afterLoad.rssKiB), kib(r.afterLoad.hwmKiB))
 	}
 	if r.haveChecks {
 		row("idle clients answering after the load", "%d of %d", r.idleOK, r.idleTotal)
-		row("kineticd log lines (warn and above)", "%d", len(r.logLines))
+		level := ""
+		if t == "kineticd" {
+			level = " (warn and above)"
+		}
+		row(t+" log lines"+level, "%d", len(r.logLines))
 	}
 	fmt.Fprintln(w)
 	if r.dial.failed > 0 {
@@ -310,7 +326,7 @@ func (r *result) print(w io.Writer) {
 		if len(lines) > 10 {
 			lines = lines[len(lines)-10:]
 		}
-		fmt.Fprintf(w, "kineticd log (last %d of %d lines):\n```\n%s\n```\n", len(lines), len(r.logLines), strings.Join(lines, "\n"))
+		fmt.Fprintf(w, "%s log (last %d of %d lines):\n```\n%s\n```\n", t, len(lines), len(r.logLines), strings.Join(lines, "\n"))
 	}
 }
 

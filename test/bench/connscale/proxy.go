@@ -15,9 +15,10 @@ import (
 	"time"
 )
 
-// kineticd is the binary running as a child process, its output appended
-// to logPath.
-type kineticd struct {
+// proxy is the measured proxy (kineticd or PgBouncer) running as a child
+// process, its output appended to logPath.
+type proxy struct {
+	name    string // kineticd or pgbouncer, for messages
 	cmd     *exec.Cmd
 	addr    string
 	logPath string
@@ -25,19 +26,19 @@ type kineticd struct {
 	err     error         // cmd.Wait's result, written before done closes
 }
 
-// startKineticd runs bin --config cfgPath and waits until addr accepts.
-// The child has its own process group (a terminal's Ctrl-C is ours to
-// handle) and is killed by the kernel if this process dies first.
-func startKineticd(ctx context.Context, bin, cfgPath, addr, logPath string) (*kineticd, error) {
+// startProxy runs argv as cred (nil: as we are) and waits until addr
+// accepts. The child has its own process group (a terminal's Ctrl-C is
+// ours to handle) and is killed by the kernel if this process dies first.
+func startProxy(ctx context.Context, name string, argv []string, cred *syscall.Credential, addr, logPath string) (*proxy, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	k := &kineticd{addr: addr, logPath: logPath, done: make(chan struct{})}
-	k.cmd = exec.Command(bin, "--config", cfgPath)
+	k := &proxy{name: name, addr: addr, logPath: logPath, done: make(chan struct{})}
+	k.cmd = exec.Command(argv[0], argv[1:]...)
 	k.cmd.Stdout, k.cmd.Stderr = logf, logf
-	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := k.cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -54,7 +55,7 @@ func startKineticd(ctx context.Context, bin, cfgPath, addr, logPath string) (*ki
 		}
 		select {
 		case <-k.done:
-			return nil, fmt.Errorf("kineticd exited before accepting: %v\n%s", k.err, k.logTail(30))
+			return nil, fmt.Errorf("%s exited before accepting: %v\n%s", name, k.err, k.logTail(30))
 		case <-ctx.Done():
 			k.stop()
 			return nil, ctx.Err()
@@ -62,14 +63,14 @@ func startKineticd(ctx context.Context, bin, cfgPath, addr, logPath string) (*ki
 		}
 		if time.Now().After(deadline) {
 			k.stop()
-			return nil, fmt.Errorf("kineticd did not accept on %s within 20s\n%s", addr, k.logTail(30))
+			return nil, fmt.Errorf("%s did not accept on %s within 20s\n%s", name, addr, k.logTail(30))
 		}
 	}
 }
 
-// stop sends SIGTERM (kineticd drains for its shutdown_timeout), then
-// SIGKILL after 15 s, and waits for the exit.
-func (k *kineticd) stop() error {
+// stop sends SIGTERM (kineticd drains for its shutdown_timeout; PgBouncer
+// 1.18 shuts down at once), then SIGKILL after 15 s, and waits for the exit.
+func (k *proxy) stop() error {
 	select {
 	case <-k.done:
 		return nil
@@ -81,16 +82,18 @@ func (k *kineticd) stop() error {
 	case <-time.After(15 * time.Second):
 		k.cmd.Process.Kill()
 		<-k.done
-		return errors.New("kineticd ignored SIGTERM for 15s and was killed")
+		return fmt.Errorf("%s ignored SIGTERM for 15s and was killed", k.name)
 	}
+	// PgBouncer 1.18 exits with status 1 on SIGTERM, its immediate
+	// shutdown; kineticd exits 0 once drained, so anything else is a fault.
 	var ee *exec.ExitError
-	if errors.As(k.err, &ee) {
-		return fmt.Errorf("kineticd: %v", k.err)
+	if errors.As(k.err, &ee) && k.name == "kineticd" {
+		return fmt.Errorf("%s: %v", k.name, k.err)
 	}
 	return nil
 }
 
-func (k *kineticd) exited() bool {
+func (k *proxy) exited() bool {
 	select {
 	case <-k.done:
 		return true
@@ -99,9 +102,9 @@ func (k *kineticd) exited() bool {
 	}
 }
 
-// logLines returns kineticd's output lines (log_level warn: warnings and
-// errors only).
-func (k *kineticd) logLines() []string {
+// logLines returns the proxy's output lines (kineticd: log_level warn,
+// warnings and errors only).
+func (k *proxy) logLines() []string {
 	b, _ := os.ReadFile(k.logPath)
 	s := strings.TrimRight(string(b), "\n")
 	if s == "" {
@@ -110,12 +113,12 @@ func (k *kineticd) logLines() []string {
 	return strings.Split(s, "\n")
 }
 
-func (k *kineticd) logTail(n int) string {
+func (k *proxy) logTail(n int) string {
 	lines := k.logLines()
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return "--- kineticd output (tail) ---\n" + strings.Join(lines, "\n")
+	return "--- " + k.name + " output (tail) ---\n" + strings.Join(lines, "\n")
 }
 
 // procStats is what /proc tells about a process.
@@ -130,7 +133,7 @@ type procStats struct {
 // every Linux architecture Go supports (sysconf(_SC_CLK_TCK)).
 const userHZ = 100
 
-func (k *kineticd) stats() (procStats, error) {
+func (k *proxy) stats() (procStats, error) {
 	return readProcStats(k.cmd.Process.Pid)
 }
 
