@@ -27,7 +27,11 @@ func (ss *session) startIdleIO() {
 	if err != nil {
 		return
 	}
+	// Under wmu: kill, on another goroutine, flushes the write buffer
+	// (flushOut reads idleIO) while holding it.
+	ss.wmu.Lock()
 	ss.rc, ss.peekFn, ss.idleIO = rc, ss.peek, true
+	ss.wmu.Unlock()
 }
 
 // out is the client write buffer, borrowed when needed. Callers hold wmu.
