@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pg-kinetic/pg-kinetic/test/bench/internal/benchutil"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
 
@@ -167,7 +168,7 @@ func run(ctx context.Context, o options) (err error) {
 	for _, t := range o.targets {
 		switch t.kind {
 		case "pgbouncer":
-			need[pgbouncerBin] = "run scripts/install-bench-deps.sh (apt-get install pgbouncer)"
+			need[benchutil.PgbouncerBin] = "run scripts/install-bench-deps.sh (apt-get install pgbouncer)"
 		case "pgpool":
 			need[pgpoolBin] = "run scripts/install-bench-deps.sh (apt-get install pgpool2)"
 		case "kineticd":
@@ -218,8 +219,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err := b.settle(ctx); err != nil {
 		return err
 	}
-	if b.verifier, err = b.cluster.Primary.QueryString(ctx, fmt.Sprintf(
-		"SELECT rolpassword FROM pg_authid WHERE rolname = '%s'", pgtest.AppUser)); err != nil {
+	if b.authLine, err = benchutil.AuthFileLine(ctx, b.cluster.Primary); err != nil {
 		return err
 	}
 
@@ -439,7 +439,7 @@ func writeHeader(w *bytes.Buffer, o options, kineticd string, maxConn int) {
 		seen[t.kind] = true
 		switch t.kind {
 		case "pgbouncer":
-			fmt.Fprintf(w, "- pgbouncer: %s\n", version(pgbouncerBin, "--version"))
+			fmt.Fprintf(w, "- pgbouncer: %s\n", version(benchutil.PgbouncerBin, "--version"))
 		case "pgpool":
 			fmt.Fprintf(w, "- pgpool: %s\n", version(pgpoolBin, "--version"))
 		case "kineticd":

@@ -21,11 +21,8 @@ import (
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
 
-// Binaries of the Debian packages pgbouncer and pgpool2.
-const (
-	pgbouncerBin = "/usr/sbin/pgbouncer"
-	pgpoolBin    = "/usr/sbin/pgpool"
-)
+// pgpoolBin is where the Debian package pgpool2 installs pgpool-II.
+const pgpoolBin = "/usr/sbin/pgpool"
 
 // Pool modes as the tables name them.
 const (
@@ -75,7 +72,7 @@ type bench struct {
 	cluster  *pgtest.Cluster
 	dir      string // the benchmark's temp dir; removed at exit
 	kineticd string // path of the kineticd binary
-	verifier string // the app user's SCRAM verifier, for PgBouncer's auth_file
+	authLine string // PgBouncer's auth_file: the app user's SCRAM verifier
 	cred     *syscall.Credential
 	uid, gid int
 	runs     int // numbers the per-run directories
@@ -158,47 +155,27 @@ func poolSize(clients int) int { return clients + 4 }
 func maxClientConn(clients int) int { return max(300, clients+20) }
 
 func (b *bench) startPgbouncer(dir, addr string, clients int) (*proc, error) {
-	host, port, _ := net.SplitHostPort(addr)
 	primary := b.cluster.Primary
 	// Both pools point at the same primary; the pool mode is per database.
 	// server_reset_query is DISCARD ALL (the default), which PgBouncer runs
 	// only in session mode; transaction mode keeps server state.
-	ini := fmt.Sprintf(`;; written by test/bench/run
-[databases]
-bench_session = host=127.0.0.1 port=%[1]d dbname=%[2]s pool_mode=session
-bench_tx = host=127.0.0.1 port=%[1]d dbname=%[2]s pool_mode=transaction
-
-[pgbouncer]
-listen_addr = %[3]s
-listen_port = %[4]s
-unix_socket_dir =
-pidfile =
-logfile =
-auth_type = scram-sha-256
-auth_file = %[5]s/userlist.txt
-pool_mode = session
-max_client_conn = %[6]d
-default_pool_size = %[7]d
-min_pool_size = 0
-reserve_pool_size = 0
-max_db_connections = 0
-max_user_connections = 0
-server_reset_query = DISCARD ALL
-server_check_delay = 30
-log_connections = 0
-log_disconnections = 0
-log_pooler_errors = 1
-stats_period = 60
-`, primary.Port, pgtest.AppDB, host, port, dir, maxClientConn(clients), poolSize(clients))
-	// With the SCRAM verifier (not the password) in auth_file, PgBouncer
-	// logs in to the server with the keys the client proved it holds.
-	users := fmt.Sprintf("%q %q\n", pgtest.AppUser, b.verifier)
-	if err := b.writeFiles(dir, map[string]string{"pgbouncer.ini": ini, "userlist.txt": users}); err != nil {
+	ini := benchutil.Pgbouncer{
+		Writer: "test/bench/run",
+		Databases: fmt.Sprintf("bench_session = host=127.0.0.1 port=%[1]d dbname=%[2]s pool_mode=session\n"+
+			"bench_tx = host=127.0.0.1 port=%[1]d dbname=%[2]s pool_mode=transaction\n", primary.Port, pgtest.AppDB),
+		Listen:        addr,
+		AuthFile:      filepath.Join(dir, "userlist.txt"),
+		PoolMode:      "session",
+		MaxClientConn: maxClientConn(clients),
+		PoolSize:      poolSize(clients),
+		Extra:         "max_db_connections = 0\nmax_user_connections = 0\nserver_check_delay = 30\n",
+	}.INI()
+	if err := b.writeFiles(dir, map[string]string{"pgbouncer.ini": ini, "userlist.txt": b.authLine}); err != nil {
 		return nil, err
 	}
 	// SIGTERM is PgBouncer 1.18's immediate shutdown (SIGINT would wait for
 	// clients).
-	return b.spawn(dir, b.cred, nil, syscall.SIGTERM, pgbouncerBin, filepath.Join(dir, "pgbouncer.ini"))
+	return b.spawn(dir, b.cred, nil, syscall.SIGTERM, benchutil.PgbouncerBin, filepath.Join(dir, "pgbouncer.ini"))
 }
 
 func (b *bench) startPgpool(dir, addr string, clients int) (*proc, error) {
