@@ -80,13 +80,7 @@ func TestShapeNeverSharesConstantDependent(t *testing.T) {
 		{"SELECT 1\x00x", "SELECT 2\x00x"},
 	}
 	for _, g := range groups {
-		c := New(Options{})
-		ref := uncached(Options{})
-		for _, sql := range g {
-			if got, want := c.Classify(sql), ref.Classify(sql); !reflect.DeepEqual(got, want) {
-				t.Errorf("%q:\n got %s want %s", sql, describe(got), describe(want))
-			}
-		}
+		c := classifyLikeUncached(t, g)
 		if st := c.Stats(); st.ShapeHits != 0 || st.ShapeEntries != 0 {
 			t.Errorf("%q: Stats() = %+v; want no shape hits or entries", g, st)
 		}
@@ -116,13 +110,7 @@ func TestShapeDistinct(t *testing.T) {
 		{"SELECT U&'d\\0061t' UESCAPE '\\', 1", "SELECT U&'d!0061t' UESCAPE '!', 2", "SELECT U&'d!0061t' UESCAPE 'ab', 3"},
 	}
 	for _, g := range groups {
-		c := New(Options{})
-		ref := uncached(Options{})
-		for _, sql := range g {
-			if got, want := c.Classify(sql), ref.Classify(sql); !reflect.DeepEqual(got, want) {
-				t.Errorf("%q:\n got %s want %s", sql, describe(got), describe(want))
-			}
-		}
+		c := classifyLikeUncached(t, g)
 		if st := c.Stats(); st.ShapeHits != 0 {
 			t.Errorf("%q: Stats() = %+v; want no shape hits", g, st)
 		}
@@ -351,4 +339,19 @@ func TestShapeSameKeyPairs(t *testing.T) {
 			t.Errorf("%q after %q:\n cached %s uncached %s", p[1], p[0], describe(got), describe(want))
 		}
 	}
+}
+
+// classifyLikeUncached classifies texts, in order, with one new cached
+// classifier and checks each decision against an uncached one; it returns
+// the cached classifier for a look at its Stats.
+func classifyLikeUncached(t *testing.T, texts []string) *Classifier {
+	t.Helper()
+	c := New(Options{})
+	ref := uncached(Options{})
+	for _, sql := range texts {
+		if got, want := c.Classify(sql), ref.Classify(sql); !reflect.DeepEqual(got, want) {
+			t.Errorf("%q:\n got %s want %s", sql, describe(got), describe(want))
+		}
+	}
+	return c
 }

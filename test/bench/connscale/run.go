@@ -117,6 +117,17 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		return nil
 	}
 
+	// settled waits -settle after step, then reads the proxy's /proc figures.
+	settled := func(step string) (procStats, error) {
+		if err := sleep(ctx, o.settle); err != nil {
+			return procStats{}, err
+		}
+		if err := alive(step); err != nil {
+			return procStats{}, err
+		}
+		return k.stats()
+	}
+
 	// 1. Warm-up, then the baseline.
 	progress("warm-up: %d clients for %v", o.active, o.warmup)
 	warm := dialAll(ctx, dsn, o.active, o.dialConcurrency, 1)
@@ -132,13 +143,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if wl.firstErr != nil {
 		return res, fmt.Errorf("warm-up load: %d errors, first: %w", wl.errors, wl.firstErr)
 	}
-	if err := sleep(ctx, o.settle); err != nil {
-		return res, err
-	}
-	if err := alive("the warm-up"); err != nil {
-		return res, err
-	}
-	if res.before, err = k.stats(); err != nil {
+	if res.before, err = settled("the warm-up"); err != nil {
 		return res, err
 	}
 
@@ -151,13 +156,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		closeAll(conns)
 	}()
 	progress("%d connected, %d failed in %v; idle for %v", len(conns), res.dial.failed, res.dial.duration.Round(time.Millisecond), o.settle)
-	if err := sleep(ctx, o.settle); err != nil {
-		return res, err
-	}
-	if err := alive("the connection phase"); err != nil {
-		return res, err
-	}
-	if res.idle, err = k.stats(); err != nil {
+	if res.idle, err = settled("the connection phase"); err != nil {
 		return res, err
 	}
 	res.haveIdle = true

@@ -100,33 +100,22 @@ func readStat(pid int) (ppid int, ticks int64, err error) {
 }
 
 // readRSS returns VmRSS of pid in KiB (0 for a kernel thread or zombie).
-func readRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				break
-			}
-			return strconv.ParseInt(f[0], 10, 64)
-		}
-	}
-	return 0, nil
-}
+func readRSS(pid int) (int64, error) { return procKiB(pid, "status", "VmRSS:") }
 
 // readPSS returns the proportional set size of pid in KiB from
 // /proc/PID/smaps_rollup: each shared page divided among its sharers, so a
 // sum over pgpool's children counts its shared memory once.
-func readPSS(pid int) (int64, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"))
+func readPSS(pid int) (int64, error) { return procKiB(pid, "smaps_rollup", "Pss:") }
+
+// procKiB returns the number after key in /proc/PID/file (a "Key: N kB"
+// line), 0 when there is no such line.
+func procKiB(pid int, file, key string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), file))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
+		if rest, ok := strings.CutPrefix(line, key); ok {
 			f := strings.Fields(rest)
 			if len(f) == 0 {
 				break
