@@ -60,7 +60,8 @@ type Options struct {
 	Interval time.Duration
 	// Timeout bounds each probe, connect included
 	// (routes.ha.replica_health_timeout_ms). A probe that takes longer
-	// fails. Default DefaultTimeout.
+	// fails (PGProber lets a slow login go on in the background, for the
+	// next probe). Default DefaultTimeout.
 	Timeout time.Duration
 	// MaxBackoff caps the wait after failed probes: after n consecutive
 	// failures the loop waits min(Interval·2^(n-1), MaxBackoff), so the

@@ -52,6 +52,15 @@ from pg_is_in_recovery() as r`
 // closeTimeout bounds the Terminate of a connection the prober gives up.
 const closeTimeout = time.Second
 
+// DialTimeout bounds a probe connection's TCP connect, TLS and login. It is
+// longer than a probe's timeout on purpose: a login (SCRAM is a few thousand
+// HMAC rounds on each side) that outlasts one probe on a loaded host goes on
+// in the background, and the next probe uses the connection it made. A
+// dial bounded by the probe timeout would instead be cancelled, and
+// repeated, at every probe, and the server would never be probed at all.
+// The probe that started the dial still fails at its own timeout.
+const DialTimeout = 5 * time.Second
+
 // PGProber is the real Prober: it keeps one pgconn connection per server
 // address open between probes, and runs probeSQL on it. A connection that
 // fails is dropped and the next probe dials again.
@@ -64,7 +73,16 @@ type PGProber struct {
 	mu      sync.Mutex
 	closed  bool
 	idle    map[string]*pgconn.PgConn   // addr -> open connection between probes
+	dialing map[string]*pendingDial     // addr -> connection being made
 	closing map[string][]*pgconn.PgConn // dropped connections pgconn is still cleaning up
+}
+
+// pendingDial is a connection being made in the background. When it ends
+// its connection, if any, is parked in idle, then done is closed.
+type pendingDial struct {
+	done   chan struct{}
+	err    error // set before done is closed
+	cancel context.CancelFunc
 }
 
 var (
@@ -83,6 +101,7 @@ func NewPGProber(user, password, database, tlsMode string) *PGProber {
 	return &PGProber{
 		user: user, password: password, database: database, sslmode: tlsMode,
 		idle:    make(map[string]*pgconn.PgConn),
+		dialing: make(map[string]*pendingDial),
 		closing: make(map[string][]*pgconn.PgConn),
 	}
 }
@@ -95,7 +114,7 @@ func (p *PGProber) Probe(ctx context.Context, addr string) (Verdict, error) {
 	conn, reused := p.take(addr), true
 	if conn == nil {
 		var err error
-		if conn, err = p.dial(ctx, addr); err != nil {
+		if conn, err = p.connect(ctx, addr); err != nil {
 			return Verdict{}, err
 		}
 		reused = false
@@ -103,7 +122,7 @@ func (p *PGProber) Probe(ctx context.Context, addr string) (Verdict, error) {
 	v, err := query(ctx, conn)
 	if err != nil && reused && ctx.Err() == nil {
 		p.drop(addr, conn)
-		if conn, err = p.dial(ctx, addr); err != nil {
+		if conn, err = p.connect(ctx, addr); err != nil {
 			return Verdict{}, err
 		}
 		v, err = query(ctx, conn)
@@ -116,10 +135,18 @@ func (p *PGProber) Probe(ctx context.Context, addr string) (Verdict, error) {
 	return v, nil
 }
 
-// Forget closes the connection to addr and waits until pgconn has finished
-// cleaning up every connection to addr this prober dropped (pgconn bounds
-// that at 15 s for a server that stopped answering).
+// Forget cancels a connection to addr still being made, closes the open
+// one and waits until pgconn has finished cleaning up every connection to
+// addr this prober dropped (pgconn bounds that at 15 s for a server that
+// stopped answering).
 func (p *PGProber) Forget(addr string) {
+	p.mu.Lock()
+	d := p.dialing[addr]
+	p.mu.Unlock()
+	if d != nil {
+		d.cancel()
+		<-d.done // its connection, if it made one, is now in idle
+	}
 	p.mu.Lock()
 	conn := p.idle[addr]
 	delete(p.idle, addr)
@@ -143,6 +170,9 @@ func (p *PGProber) Close() {
 	p.closed = true
 	addrs := make(map[string]bool, len(p.idle)+len(p.closing))
 	for a := range p.idle {
+		addrs[a] = true
+	}
+	for a := range p.dialing {
 		addrs[a] = true
 	}
 	for a := range p.closing {
@@ -220,6 +250,50 @@ func closeConn(conn *pgconn.PgConn) *pgconn.PgConn {
 	default:
 		return conn
 	}
+}
+
+// connect returns a new connection to addr. The connection is made by a
+// background dial bounded by DialTimeout, shared with any earlier probe
+// whose ctx ended while it was under way; when ctx ends first, connect
+// fails and the dial goes on, parking its connection for the next probe.
+func (p *PGProber) connect(ctx context.Context, addr string) (*pgconn.PgConn, error) {
+	p.mu.Lock()
+	d := p.dialing[addr]
+	if d == nil {
+		dctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
+		d = &pendingDial{done: make(chan struct{}), cancel: cancel}
+		p.dialing[addr] = d
+		go p.runDial(dctx, addr, d)
+	}
+	p.mu.Unlock()
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("connecting (still under way in the background): %w", ctx.Err())
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if conn := p.take(addr); conn != nil {
+		return conn, nil
+	}
+	// Only Forget or Close (which closed it) or a concurrent probe of the
+	// same address (the checker runs one at a time) could have taken it.
+	return nil, errors.New("probe connection closed before use")
+}
+
+// runDial is the background half of connect.
+func (p *PGProber) runDial(ctx context.Context, addr string, d *pendingDial) {
+	defer d.cancel()
+	conn, err := p.dial(ctx, addr)
+	if err == nil {
+		p.put(addr, conn)
+	}
+	p.mu.Lock()
+	d.err = err
+	delete(p.dialing, addr)
+	p.mu.Unlock()
+	close(d.done)
 }
 
 var connStringQuoter = strings.NewReplacer(`\`, `\\`, `'`, `\'`)

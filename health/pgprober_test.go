@@ -2,7 +2,10 @@ package health_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,4 +173,102 @@ func TestPGProberStandbyStopsAndStarts(t *testing.T) {
 	if back.Detected != health.RoleStandby || back.SystemID != up.SystemID || back.Err != "" {
 		t.Fatalf("after restart %+v, want the standby as before (%+v)", back, up)
 	}
+}
+
+// A login slower than the probe timeout (here: the server's first answer
+// held back by a relay) fails the probe that started it but goes on in the
+// background, and a later probe, with the same short timeout, uses the
+// connection it made. Before, every probe cancelled and redialled, so such
+// a server was never probed.
+func TestPGProberSlowLoginCompletesInBackground(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // runs last
+	c := pgtest.Shared(t)
+	const hold = 400 * time.Millisecond
+	relay := slowFirstAnswer(t, c.Primary.Addr(), hold)
+	p := health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB, "")
+	defer p.Close()
+
+	short := func() (health.Verdict, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		return p.Probe(ctx, relay)
+	}
+	if v, err := short(); err == nil || !strings.Contains(err.Error(), "under way") {
+		t.Fatalf("first probe = %+v, %v; want it to time out while the login is held back", v, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, err := short()
+		if err == nil {
+			if v.Detected != health.RolePrimary {
+				t.Fatalf("probe through the relay detected %v, want primary", v.Detected)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no probe succeeded within 10s of a %v login: %v", hold, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// slowFirstAnswer relays one TCP connection at a time to addr, holding the
+// server's first bytes back for hold. It returns its own address and stops
+// when the test ends.
+func slowFirstAnswer(t *testing.T, addr string, hold time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	track := func(cs ...net.Conn) {
+		mu.Lock()
+		conns = append(conns, cs...)
+		mu.Unlock()
+	}
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", addr)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			track(client, server)
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(server, client); server.Close() }()
+			go func() {
+				defer wg.Done()
+				defer client.Close()
+				buf := make([]byte, 32<<10)
+				n, err := server.Read(buf)
+				if err != nil {
+					return
+				}
+				time.Sleep(hold)
+				if _, err := client.Write(buf[:n]); err != nil {
+					return
+				}
+				io.Copy(client, server)
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }

@@ -168,7 +168,7 @@ func testClient(t *testing.T, cl client) {
 	}
 	px := kinetictest.Start(t, c, kinetictest.Params{Replicas: replicas, ReadRoutingMode: "prefer_replica"})
 	if expectReplicaReads {
-		awaitReplicaRoute(t, ctx, c, px)
+		kinetictest.AwaitReadOn(t, ctx, px.AppDSN(), c.StandbyPorts())
 	}
 
 	out := run(t, ctx, target{
@@ -210,50 +210,6 @@ INSERT INTO %[1]s SELECT i, 'seed-' || i, 10 * i FROM generate_series(1, %[2]d) 
 	})
 }
 
-// awaitReplicaRoute waits until a plain read through px reaches a standby,
-// so that the client does not start while the proxy's first health probe is
-// still out. Without read routing that never happens; after a few seconds
-// it gives up and leaves the verdict to the replica assertions.
-func awaitReplicaRoute(t *testing.T, ctx context.Context, c *pgtest.Cluster, px *kinetictest.Proxy) {
-	t.Helper()
-	const patience = 5 * time.Second
-	conn, err := pgx.Connect(ctx, px.AppDSN())
-	if err != nil {
-		t.Fatalf("connect through kineticd: %v", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	standby := standbyPorts(c)
-	deadline := time.Now().Add(patience)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var port int32
-		if err := conn.QueryRow(ctx, "SELECT inet_server_port()", pgx.QueryExecModeSimpleProtocol).Scan(&port); err != nil {
-			t.Fatalf("SELECT inet_server_port() through kineticd: %v", err)
-		}
-		if standby[int(port)] {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Logf("no read through kineticd reached a standby within %v: read routing is not on (the replica assertions will fail)", patience)
-			return
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		}
-	}
-}
-
-func standbyPorts(c *pgtest.Cluster) map[int]bool {
-	m := map[int]bool{}
-	for _, s := range c.Standbys {
-		m[s.Port] = true
-	}
-	return m
-}
-
 // parseRecords decodes a client's output, which must be JSON lines from that
 // client ending with {"op":"done"}.
 func parseRecords(t *testing.T, name string, out []byte) []record {
@@ -291,7 +247,7 @@ func parseRecords(t *testing.T, name string, out []byte) []record {
 func checkRecords(t *testing.T, c *pgtest.Cluster, name string, recs []record) {
 	t.Helper()
 	primary := c.Primary.Port
-	standby := standbyPorts(c)
+	standby := c.StandbyPorts()
 
 	ops := map[string]int{}
 	for _, r := range recs {

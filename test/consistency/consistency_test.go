@@ -122,7 +122,7 @@ func TestConsistencyUnderFaults(t *testing.T) {
 		MaxClientConn:   max(100, 2*nSessions+10),
 		LogLevel:        "info",
 	})
-	awaitReplicaRead(t, setup, px.AppDSN(), cl.Primary.Port)
+	kinetictest.AwaitReadOn(t, setup, px.AppDSN(), cl.StandbyPorts())
 
 	h := &harness{
 		t:           t,
@@ -202,29 +202,6 @@ func envInt(t *testing.T, name string, def int) int {
 		t.Fatalf("%s=%q: want a positive integer", name, s)
 	}
 	return v
-}
-
-// awaitReplicaRead waits until a read through kineticd reaches a replica:
-// the first health verdicts take a probe interval.
-func awaitReplicaRead(t *testing.T, ctx context.Context, dsn string, primaryPort int) {
-	t.Helper()
-	c, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var port int
-		err := c.QueryRow(ctx, "select inet_server_port()").Scan(&port)
-		if err == nil && port != primaryPort {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no read reached a replica within 20s (last port %d, err %v)", port, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // ---- shared state ----

@@ -88,26 +88,11 @@ func addrs(servers ...*pgtest.Server) []string {
 	return out
 }
 
-// portSet is the set of the servers' ports.
-func portSet(servers ...*pgtest.Server) map[int]bool {
-	m := map[int]bool{}
-	for _, s := range servers {
-		m[s.Port] = true
-	}
-	return m
-}
-
-// awaitReplicaRead waits until a fresh session's plain read runs on one of
-// reps: the first verdicts take a probe interval or two.
+// awaitReplicaRead waits until a plain read runs on one of reps: the first
+// verdicts take a probe interval or two (kinetictest.AwaitReadOn).
 func awaitReplicaRead(t *testing.T, dsn string, reps map[int]bool) {
 	t.Helper()
-	ctx := ctxT(t, 30*time.Second)
-	c := connect(t, ctx, dsn)
-	defer c.Close(ctx)
-	awaitCond(t, 20*time.Second, "a read to reach a replica", func() (bool, error) {
-		p, err := readPort(ctx, c, "select inet_server_port()")
-		return err == nil && reps[p], err
-	})
+	kinetictest.AwaitReadOn(t, context.Background(), dsn, reps)
 }
 
 // readPort runs a one-row, one-int-column query and returns the int.
@@ -253,7 +238,7 @@ func TestChaosReadYourWritesWhileReplayPaused(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 60*time.Second)
 	tbl := chaosTable(t, ctx, cl)
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	dsn := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(cl.Standbys...)}, "")
 	awaitReplicaRead(t, dsn, reps)
 	c := connect(t, ctx, dsn)
@@ -301,7 +286,7 @@ func TestChaosOnlyCaughtUpReplicaServes(t *testing.T) {
 	tbl := chaosTable(t, ctx, cl)
 	paused, live := cl.Standbys[0], cl.Standbys[1]
 	dsn := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(cl.Standbys...)}, "")
-	awaitReplicaRead(t, dsn, replicaPorts(cl))
+	awaitReplicaRead(t, dsn, cl.StandbyPorts())
 	c := connect(t, ctx, dsn)
 
 	pauseReplay(t, ctx, cl, paused)
@@ -338,7 +323,7 @@ func TestChaosOnlyCaughtUpReplicaServes(t *testing.T) {
 func TestChaosIdlePairStaysEligible(t *testing.T) {
 	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
 	ctx := ctxT(t, 60*time.Second)
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	dsn := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(cl.Standbys...)}, "max_replica_lag_ms = 300")
 	awaitReplicaRead(t, dsn, reps)
 	if err := cl.WaitReplicated(ctx); err != nil {
@@ -372,7 +357,7 @@ func TestChaosIdlePairStaysEligible(t *testing.T) {
 func TestChaosLagOverBudget(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 60*time.Second)
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	dsn := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(cl.Standbys...)},
 		"freshness_policy = \"max_lag\"\nmax_replica_lag_ms = 300")
 	awaitReplicaRead(t, dsn, reps)
@@ -432,7 +417,7 @@ func TestChaosWaitPolicyServedAfterCatchUp(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 60*time.Second)
 	tbl := chaosTable(t, ctx, cl)
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	dsn := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(cl.Standbys...), FallbackPolicy: "wait"},
 		"read_after_write_timeout_ms = 5000")
 	awaitReplicaRead(t, dsn, reps)
@@ -483,7 +468,7 @@ func TestChaosRejectPolicy(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	tbl := chaosTable(t, ctx, cl)
 	replica := cl.Standbys[0]
-	reps := portSet(replica)
+	reps := pgtest.Ports(replica)
 
 	t.Run("FallbackReject", func(t *testing.T) {
 		dsn := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(replica), FallbackPolicy: "reject"}, "")
@@ -548,7 +533,7 @@ func TestChaosRejectPolicy(t *testing.T) {
 func TestChaosBothReplicasKilled(t *testing.T) {
 	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
 	ctx := ctxT(t, 60*time.Second)
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	dsn := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(cl.Standbys...)}, "")
 	awaitReplicaRead(t, dsn, reps)
 	c := connect(t, ctx, dsn)
@@ -628,7 +613,7 @@ func TestChaosPrimaryKilled(t *testing.T) {
 	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
 	ctx := ctxT(t, 90*time.Second)
 	tbl := chaosTable(t, ctx, cl)
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	preferDSN := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(cl.Standbys...)}, "")
 	requireDSN := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(cl.Standbys...), ReadRoutingMode: "require_replica"}, "")
 	awaitReplicaRead(t, preferDSN, reps)
@@ -774,7 +759,7 @@ func TestChaosPromotedBehindOurBack(t *testing.T) {
 	// other first: when no replica qualifies, last_route names the reason
 	// of the last one in config order, the promoted server's.
 	dsn := chaosProxy(t, cl, kinetictest.Params{Primary: primary.Addr(), Replicas: addrs(other, promoted)}, "")
-	awaitReplicaRead(t, dsn, portSet(other, promoted))
+	awaitReplicaRead(t, dsn, pgtest.Ports(other, promoted))
 	c := connect(t, ctx, dsn)
 
 	// The other standby stays behind this session's write, so that a read
@@ -905,7 +890,7 @@ func TestChaosOldTimelineToken(t *testing.T) {
 	}
 
 	dsn := chaosProxy(t, cl, kinetictest.Params{Primary: promoted.Addr(), Replicas: addrs(follower)}, "")
-	reps := portSet(follower)
+	reps := pgtest.Ports(follower)
 	t.Run("NoToken", func(t *testing.T) {
 		awaitReplicaRead(t, dsn, reps)
 	})
@@ -979,7 +964,7 @@ func TestChaosStrictFresh(t *testing.T) {
 	tbl := chaosTable(t, ctx, cl)
 	paused, live := cl.Standbys[0], cl.Standbys[1]
 	dsn := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(cl.Standbys...)}, "")
-	awaitReplicaRead(t, dsn, replicaPorts(cl))
+	awaitReplicaRead(t, dsn, cl.StandbyPorts())
 	c := connect(t, ctx, dsn)
 
 	pauseReplay(t, ctx, cl, paused)
@@ -1019,7 +1004,7 @@ func TestChaosFallbackOverloadAndDegradedNotice(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 60*time.Second)
 	tbl := chaosTable(t, ctx, cl)
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	dsn := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(cl.Standbys...)},
 		"max_replica_lag_ms = 300\nmax_primary_fallback_inflight = 1")
 	awaitReplicaRead(t, dsn, reps)
@@ -1144,7 +1129,7 @@ func TestChaosTokenPublishedAndAcrossSessions(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 60*time.Second)
 	tbl := chaosTable(t, ctx, cl)
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	dsn := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(cl.Standbys...)}, "")
 	awaitReplicaRead(t, dsn, reps)
 	writer := connect(t, ctx, dsn)
@@ -1226,7 +1211,7 @@ func TestChaosPinnedTransactionServerDies(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	replica := cl.Standbys[0]
 	dsn := chaosProxy(t, cl, kinetictest.Params{Replicas: addrs(replica)}, "")
-	awaitReplicaRead(t, dsn, portSet(replica))
+	awaitReplicaRead(t, dsn, pgtest.Ports(replica))
 	c := connect(t, ctx, dsn)
 	tx, err := c.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {

@@ -93,7 +93,7 @@ func TestRolloutStagesAndRollbackDrill(t *testing.T) {
 	ctx := ctxT(t, 90*time.Second)
 	state := filepath.Join(t.TempDir(), "rollout.json")
 	params := kinetictest.Params{Extra: classesTOML(state)}
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	start := func() *kinetictest.Proxy {
 		px := routedProxy(t, cl, params)
 		return px

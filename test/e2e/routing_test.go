@@ -26,23 +26,8 @@ func routedProxy(t *testing.T, cl *pgtest.Cluster, p kinetictest.Params) *kineti
 		p.ReadRoutingMode = "prefer_replica"
 	}
 	px := kinetictest.Start(t, cl, p)
-	ctx := ctxT(t, 30*time.Second)
-	c := connect(t, ctx, px.AppDSN())
-	defer c.Close(ctx)
-	awaitCond(t, 20*time.Second, "a read to reach a replica", func() (bool, error) {
-		var port int
-		err := c.QueryRow(ctx, "select inet_server_port()").Scan(&port)
-		return err == nil && port != cl.Primary.Port, err
-	})
+	kinetictest.AwaitReadOn(t, context.Background(), px.AppDSN(), cl.StandbyPorts())
 	return px
-}
-
-func replicaPorts(cl *pgtest.Cluster) map[int]bool {
-	m := map[int]bool{}
-	for _, s := range cl.Standbys {
-		m[s.Port] = true
-	}
-	return m
 }
 
 func portOf(t *testing.T, ctx context.Context, c *pgx.Conn, sql string, args ...any) int {
@@ -74,7 +59,7 @@ func TestReadsReachReplicasWritesStayOnPrimary(t *testing.T) {
 	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})
 	ctx := ctxT(t, 60*time.Second)
 	c := connect(t, ctx, px.AppDSN())
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	tbl := uniqueIdent("routed")
 	if _, err := c.Exec(ctx, "create table "+tbl+" (id int primary key, v text); create sequence "+tbl+"_seq"); err != nil {
 		t.Fatal(err)
@@ -175,7 +160,7 @@ func TestSetTransactionReadOnlyPinsAReplica(t *testing.T) {
 	px := routedProxy(t, cl, kinetictest.Params{})
 	ctx := ctxT(t, 30*time.Second)
 	c := connect(t, ctx, px.AppDSN())
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	script := func(stmts ...string) []int {
 		var ports []int
 		for _, s := range stmts {
@@ -227,7 +212,7 @@ func TestSessionStateFollowsTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	if _, err := c.Exec(ctx, "set work_mem = '7MB'"); err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +268,7 @@ func TestPreparedStatementsAcrossServers(t *testing.T) {
 	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})
 	ctx := ctxT(t, 30*time.Second)
 	c := connect(t, ctx, px.AppDSN())
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	tbl := uniqueIdent("prep")
 	if _, err := c.Exec(ctx, "create table "+tbl+" (id int primary key)"); err != nil {
 		t.Fatal(err)
@@ -362,7 +347,7 @@ func TestVolatileFunctionsGoToPrimary(t *testing.T) {
 	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})
 	ctx := ctxT(t, 30*time.Second)
 	c := connect(t, ctx, px.AppDSN())
-	reps := replicaPorts(cl)
+	reps := cl.StandbyPorts()
 	vol, stab := uniqueIdent("vol_fn"), uniqueIdent("stable_fn")
 	for _, q := range []string{
 		"create function " + vol + "() returns int language sql volatile as 'select inet_server_port()'",
@@ -491,7 +476,7 @@ func TestPgbenchReadOnlyOnReplicas(t *testing.T) {
 		reps += "[[routes.replicas]]\naddress = \"" + s.Addr() + "\"\n"
 	}
 	extra := "\n[[routes]]\nname = \"benchro\"\ndatabase = \"" + db + "\"\n[routes.primary]\naddress = \"" + cl.Primary.Addr() + "\"\n" + reps +
-		"[routes.read_routing]\nread_routing_mode = \"prefer_replica\"\n[routes.ha]\nreplica_health_interval_ms = 200\nreplica_health_timeout_ms = 150\n[routes.pool]\nsize = 8\n"
+		"[routes.read_routing]\nread_routing_mode = \"prefer_replica\"\n[routes.ha]\nreplica_health_interval_ms = 200\nreplica_health_timeout_ms = 200\n[routes.pool]\nsize = 8\n"
 	px := kinetictest.Start(t, cl, kinetictest.Params{Extra: extra})
 	env := clientEnv()
 	args := func(extra ...string) []string {

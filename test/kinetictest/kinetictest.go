@@ -96,8 +96,11 @@ read_routing_mode = "{{.ReadRoutingMode}}"
 fallback_policy = "{{.FallbackPolicy}}"
 {{.ReadRoutingExtra}}
 [routes.ha]
+# Probe often so tests see state changes fast, with as long a timeout as
+# the interval allows: on a CI runner starved by parallel suites and a JVM,
+# 150 ms timed probes out and took the replicas out of rotation.
 replica_health_interval_ms = 200
-replica_health_timeout_ms = 150
+replica_health_timeout_ms = 200
 [routes.pool]
 size = {{.PoolSize}}
 acquire_timeout_ms = {{.AcquireTimeout}}

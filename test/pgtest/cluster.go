@@ -411,3 +411,16 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// Ports is the set of the servers' ports, for checking where a query ran
+// (inet_server_port()).
+func Ports(servers ...*Server) map[int]bool {
+	m := make(map[int]bool, len(servers))
+	for _, s := range servers {
+		m[s.Port] = true
+	}
+	return m
+}
+
+// StandbyPorts is Ports of every standby of c.
+func (c *Cluster) StandbyPorts() map[int]bool { return Ports(c.Standbys...) }
