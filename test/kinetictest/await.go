@@ -2,6 +2,7 @@ package kinetictest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -20,34 +21,47 @@ const ReplicaPatience = 60 * time.Second
 
 // AwaitReadOn waits until a plain read (`SELECT inet_server_port()`, simple
 // protocol) through dsn runs on one of ports, and fails the test if none
-// does within ReplicaPatience. It uses one session for all attempts.
+// does within ReplicaPatience. Errors count as "not yet": before the first
+// verdicts a route with fallback_policy = "reject" refuses reads (KN001).
+// One session serves all attempts; it is replaced if it breaks.
 func AwaitReadOn(t testing.TB, ctx context.Context, dsn string, ports map[int]bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, ReplicaPatience)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect through kineticd: %v", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	start, last := time.Now(), 0
+	var (
+		conn  *pgx.Conn
+		start = time.Now()
+		last  string
+	)
+	defer func() {
+		if conn != nil {
+			conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
 	for {
-		var port int32
-		err := conn.QueryRow(ctx, "SELECT inet_server_port()", pgx.QueryExecModeSimpleProtocol).Scan(&port)
-		switch {
-		case err == nil && ports[int(port)]:
-			return
-		case err == nil:
-			last = int(port)
-		case ctx.Err() == nil:
-			t.Fatalf("SELECT inet_server_port() through kineticd: %v", err)
+		var err error
+		if conn == nil || conn.IsClosed() {
+			conn, err = pgx.Connect(ctx, dsn)
+		}
+		if err == nil {
+			var port int32
+			err = conn.QueryRow(ctx, "SELECT inet_server_port()", pgx.QueryExecModeSimpleProtocol).Scan(&port)
+			if err == nil && ports[int(port)] {
+				return
+			}
+			if err == nil {
+				last = fmt.Sprintf("the last read ran on port %d", port)
+			}
+		}
+		if err != nil {
+			last = "the last attempt failed: " + err.Error()
 		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			t.Fatalf("no read through kineticd reached one of ports %v within %v (the last ran on port %d)",
+			t.Fatalf("no read through kineticd reached one of ports %v within %v (%s)",
 				keys(ports), time.Since(start).Round(time.Millisecond), last)
 		}
 	}
