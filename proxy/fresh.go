@@ -61,6 +61,12 @@ func (ss *session) injectCapture(l *link, kind byte) error {
 		return err
 	}
 	ss.mu.Lock()
+	if l.dead {
+		// Its reader has ended (linkFailed): nothing would ever answer,
+		// or uncount, this query.
+		ss.mu.Unlock()
+		return errServerGone
+	}
 	l.swallow = append(l.swallow, expect{kind: 'Z', batch: l.batches, capture: kind})
 	l.batches++
 	ss.captures++

@@ -173,6 +173,8 @@ func (ss *session) detach(l *link, clientAtBoundary bool) {
 	rerr := <-l.readerDone
 	l.conn.SetReadDeadline(time.Time{})
 	ss.mu.Lock()
+	// Nobody reads l any more: what it still owes will never be answered.
+	ss.forgetSwallowLocked(l, len(l.swallow))
 	busy := l.batches != l.rfqs
 	idle := !busy && (l != ss.cur || ss.idleLocked())
 	ss.mu.Unlock()
@@ -186,6 +188,27 @@ func (ss *session) detach(l *link, clientAtBoundary bool) {
 		sendCancel(l.addr, l.conn.PID, l.conn.SecretKey, ss.srv.opts.connectTimeout)
 	}
 	ss.releaseServer(l.conn, l.pool, clean)
+}
+
+// forgetSwallowLocked drops the first n expected injected answers of l
+// that will never be read, uncounting the WAL position queries among them:
+// a counted capture that is neither answered nor uncounted would make the
+// session's next read wait for it for ever (waitCaptures). Callers hold
+// ss.mu.
+func (ss *session) forgetSwallowLocked(l *link, n int) {
+	if n == 0 {
+		return
+	}
+	for _, e := range l.swallow[:n] {
+		if e.capture != 0 {
+			ss.captures--
+		}
+	}
+	l.swallow = l.swallow[n:]
+	if len(l.swallow) == 0 {
+		l.swallow = nil
+	}
+	ss.cond.Broadcast()
 }
 
 // errInterrupted reports that a link's reader was stopped by the session
@@ -220,9 +243,11 @@ func (ss *session) serverToClient(l *link) error {
 		ss.mu.Lock()
 		drop, endInjected := false, false
 		var head expect
-		for len(l.swallow) > 0 && l.swallow[0].batch < l.rfqs {
-			l.swallow = l.swallow[1:] // stale: its batch already ended
+		stale := 0
+		for stale < len(l.swallow) && l.swallow[stale].batch < l.rfqs {
+			stale++ // its batch already ended
 		}
+		ss.forgetSwallowLocked(l, stale)
 		if len(l.swallow) > 0 && l.swallow[0].batch == l.rfqs {
 			switch e := l.swallow[0]; {
 			case e.kind == 'Z':
@@ -235,9 +260,11 @@ func (ss *session) serverToClient(l *link) error {
 				// An injected Parse/Close failed: the server now skips the
 				// rest of the batch; its other injections never answer. The
 				// client sees the error as its own statement's.
-				for len(l.swallow) > 0 && l.swallow[0].batch == l.rfqs {
-					l.swallow = l.swallow[1:]
+				n := 0
+				for n < len(l.swallow) && l.swallow[n].batch == l.rfqs {
+					n++
 				}
+				ss.forgetSwallowLocked(l, n)
 			}
 		}
 		if unsolicited := !drop && l.batches == l.rfqs && !(l == ss.cur && ss.tx != 'I'); unsolicited &&
@@ -562,13 +589,7 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 	l.conn.MarkBroken()
 	ss.mu.Lock()
 	l.dead = true
-	// Position queries queued on it will never answer.
-	for _, e := range l.swallow {
-		if e.capture != 0 {
-			ss.captures--
-		}
-	}
-	l.swallow = nil
+	ss.forgetSwallowLocked(l, len(l.swallow)) // they will never be answered
 	serving := l == ss.cur && (ss.pending > 0 || ss.tx != 'I')
 	if ss.awaiting == l && !ss.answered {
 		serving = false // the session goroutine retries the read elsewhere

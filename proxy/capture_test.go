@@ -1,0 +1,80 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/pg-kinetic/pg-kinetic/pool"
+)
+
+// Every WAL position query the session counts must be uncounted exactly
+// once (answered, or its link gone), or the session's next read waits for
+// it for ever in waitCaptures. A CI run hung that way: a read waited 10 s
+// while a replica restarted.
+func TestCaptureAccounting(t *testing.T) {
+	newSession := func() *session {
+		ss := &session{tx: 'I', log: zap.NewNop()}
+		ss.cond = sync.NewCond(&ss.mu)
+		return ss
+	}
+	newReplicaLink := func() *link {
+		return newLink(&pool.Conn{Addr: "replica:5432", W: bufio.NewWriter(io.Discard)}, nil, true, true)
+	}
+	captures := func(ss *session) int {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.captures
+	}
+
+	t.Run("the link fails after the query was queued", func(t *testing.T) {
+		ss, l := newSession(), newReplicaLink()
+		if err := ss.injectCapture(l, captureReplay); err != nil {
+			t.Fatal(err)
+		}
+		if n := captures(ss); n != 1 {
+			t.Fatalf("captures = %d after queueing one, want 1", n)
+		}
+		ss.linkFailed(l, io.EOF, false)
+		if n := captures(ss); n != 0 {
+			t.Fatalf("captures = %d after the link failed, want 0", n)
+		}
+	})
+
+	t.Run("the link failed before the query was queued", func(t *testing.T) {
+		ss, l := newSession(), newReplicaLink()
+		ss.linkFailed(l, io.EOF, false) // the reader saw EOF between claim and queueing
+		if err := ss.injectCapture(l, captureReplay); !errors.Is(err, errServerGone) {
+			t.Fatalf("injectCapture on a dead link = %v, want errServerGone", err)
+		}
+		if n := captures(ss); n != 0 {
+			t.Fatalf("captures = %d after queueing on a dead link, want 0", n)
+		}
+	})
+
+	t.Run("stale and abandoned entries", func(t *testing.T) {
+		ss, l := newSession(), newReplicaLink()
+		for range 3 {
+			if err := ss.injectCapture(l, captureReplay); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l.swallow = append(l.swallow, expect{kind: 'C', batch: l.batches}) // not a capture
+		ss.mu.Lock()
+		ss.forgetSwallowLocked(l, 2)
+		ss.mu.Unlock()
+		if n, left := captures(ss), len(l.swallow); n != 1 || left != 2 {
+			t.Fatalf("after forgetting 2 of 4: captures = %d, entries left = %d; want 1 and 2", n, left)
+		}
+		ss.mu.Lock()
+		ss.forgetSwallowLocked(l, len(l.swallow))
+		ss.mu.Unlock()
+		if n := captures(ss); n != 0 || l.swallow != nil {
+			t.Fatalf("after forgetting all: captures = %d, swallow = %v; want 0 and nil", n, l.swallow)
+		}
+	})
+}
