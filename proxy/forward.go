@@ -533,6 +533,12 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			if err == nil && l.conn.W.Flush() != nil {
 				err = errServerGone
 			}
+			if err == nil && ss.linkDead(l) {
+				// Its reader ended before buffer made l the session's
+				// current link, so linkFailed took it for an idle one:
+				// nobody will answer this unit.
+				err = fatalf(codeConnectionFailure, "pg-kinetic: lost the connection to the server")
+			}
 			if !open || err != nil {
 				ss.unclaim(l) // an open unit keeps its claim until endStream
 			}
@@ -582,6 +588,13 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		ss.srv.backoff.failed(d.addr, time.Now())
 		ss.log.Warn("replica failed before answering a read; retrying it elsewhere", zap.String("server", d.addr))
 	}
+}
+
+// linkDead reports whether l's reader has ended on a failure.
+func (ss *session) linkDead(l *link) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return l.dead
 }
 
 // afterUnit queues the WAL position query that keeps the session's token
