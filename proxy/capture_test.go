@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -75,6 +76,27 @@ func TestCaptureAccounting(t *testing.T) {
 		ss.mu.Unlock()
 		if n := captures(ss); n != 0 || l.swallow != nil {
 			t.Fatalf("after forgetting all: captures = %d, swallow = %v; want 0 and nil", n, l.swallow)
+		}
+	})
+
+	t.Run("a query never answered bounds the wait", func(t *testing.T) {
+		defer func(d time.Duration) { captureWait = d }(captureWait)
+		captureWait = 50 * time.Millisecond
+		ss := newSession()
+		ss.captures = 1 // counted, and nothing will ever answer it
+		if ss.waitCaptures() {
+			t.Fatal("waitCaptures = true with a query never answered")
+		}
+	})
+
+	t.Run("an answered query ends the wait", func(t *testing.T) {
+		ss, l := newSession(), newReplicaLink()
+		if err := ss.injectCapture(l, captureReplay); err != nil {
+			t.Fatal(err)
+		}
+		go ss.captured(l, captureReplay, 'I') // no row: counted down, token unchanged
+		if !ss.waitCaptures() {
+			t.Fatal("waitCaptures = false after the query was answered")
 		}
 	})
 }

@@ -416,8 +416,12 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			Code: codeReadOnlyTx, Message: "pg-kinetic: the configured primary is in recovery; writes fail closed",
 			Detail: "server " + ss.route.Primary.Address + " reports pg_is_in_recovery() = true (split brain)"}, open)
 	}
+	if fresh && (u.read || u.txStart) && !u.hintPrim && !ss.waitCaptures() {
+		// The session's latest position is not known: only the primary
+		// is provably fresh.
+		u.read, u.txStart, u.reason = false, false, reasonReadYourWrites
+	}
 	if fresh && (u.read || u.txStart) && !u.hintPrim {
-		ss.waitCaptures()
 		req = ss.readRequirement(u, primaryV)
 		if u.strict {
 			pos, ok := ss.strictPosition()

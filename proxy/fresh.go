@@ -246,15 +246,39 @@ func (ss *session) strictPosition() (freshness.Token, bool) {
 	return ss.position, !ss.position.IsZero()
 }
 
+// captureWait bounds waitCaptures. A position query answers right after
+// the unit it follows; waiting longer means a long statement pipelined
+// ahead of the read, or a position query lost to a bug. Either way the read
+// goes to the primary, which is always fresh, instead of waiting on.
+var captureWait = 5 * time.Second
+
 // waitCaptures waits until every WAL position query in flight has
-// answered, so a read is routed with the session's latest token.
-func (ss *session) waitCaptures() {
+// answered, so a read is routed with the session's latest token. It
+// reports false when some are still unanswered after captureWait (or the
+// session was killed): the caller must not rely on the token then.
+func (ss *session) waitCaptures() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	if ss.captures <= 0 || ss.killed {
+		return ss.captures <= 0
+	}
+	expired := false
+	t := time.AfterFunc(captureWait, func() {
+		ss.mu.Lock()
+		expired = true
+		ss.cond.Broadcast()
+		ss.mu.Unlock()
+	})
+	defer t.Stop()
 	// A capture on a link that fails is uncounted by linkFailed.
-	for ss.captures > 0 && !ss.killed {
+	for ss.captures > 0 && !ss.killed && !expired {
 		ss.cond.Wait()
 	}
+	if ss.captures > 0 && !ss.killed {
+		ss.log.Warn("WAL position query unanswered; this unit treats the session's token as unknown",
+			zap.Duration("waited", captureWait), zap.Int("in_flight", ss.captures))
+	}
+	return ss.captures <= 0
 }
 
 // waitForReplica waits, up to the route's read_after_write_timeout_ms,

@@ -21,6 +21,8 @@ const (
 	codeInvalidParameter = "22023"
 	codeReadOnlyTx       = "25006"
 	codeUndefinedObject  = "42704"
+
+	codeObjectNotInPrerequisiteState = "55000"
 )
 
 // waitIdle blocks until every response the client is owed has been
@@ -59,7 +61,12 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 	}
 	if isShow(d.text, "pg_kinetic.write_lsn") || isShow(d.text, "pg_kinetic.min_lsn") {
 		ss.waitIdle()
-		ss.waitCaptures()
+		if !ss.waitCaptures() && isShow(d.text, "pg_kinetic.write_lsn") {
+			// An older token would not cover the session's last write.
+			return true, ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
+				Code: codeObjectNotInPrerequisiteState, Message: "pg-kinetic: the session's write position is not known yet",
+				Hint: "Try again."}, false)
+		}
 		ss.mu.Lock()
 		t := ss.token
 		name := "pg_kinetic.write_lsn"
