@@ -235,14 +235,11 @@ func (ss *session) strictPosition() (freshness.Token, bool) {
 		err = l.conn.W.Flush()
 	}
 	ss.unclaim(l)
-	if err != nil {
-		return freshness.Token{}, false
+	if err != nil || !ss.waitCaptures() {
+		return freshness.Token{}, false // the read goes to the primary
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for ss.captures > 0 && !ss.killed {
-		ss.cond.Wait()
-	}
 	return ss.position, !ss.position.IsZero()
 }
 
