@@ -78,6 +78,12 @@ type Options struct {
 	// timeline, replay paused or resumed, and the start and end of a role
 	// or identity mismatch. Default: no logging.
 	Logger *zap.Logger
+	// Unreachable, if set, is called with a server's address when a probe
+	// finds it unreachable after it was reachable (not for a server never
+	// reached yet), after the verdict is published and outside the
+	// Checker's lock. It must not block for long: the server's next probe
+	// waits for it.
+	Unreachable func(addr string)
 
 	// after is a testing knob replacing time.After for the waits between
 	// probes, so that tests drive time instead of sleeping.
@@ -95,6 +101,7 @@ type Checker struct {
 	clock      func() time.Time
 	after      func(time.Duration) <-chan time.Time
 	log        *zap.Logger
+	onDown     func(addr string)
 
 	ctx    context.Context // parent of every loop; cancelled by Close
 	cancel context.CancelFunc
@@ -151,6 +158,7 @@ func NewChecker(opts Options) *Checker {
 		clock:      opts.Clock,
 		after:      opts.after,
 		log:        opts.Logger,
+		onDown:     opts.Unreachable,
 		loops:      make(map[string]*loop),
 		verdicts:   make(map[string]Verdict),
 		routes:     make(map[string]*routeState),
@@ -471,6 +479,9 @@ func (c *Checker) record(l *loop, at time.Time, probed Verdict, err error) {
 	c.mu.Unlock()
 	for _, note := range notes {
 		note()
+	}
+	if c.onDown != nil && had && prev.Reachable && !v.Reachable {
+		c.onDown(l.addr)
 	}
 }
 

@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -455,5 +456,36 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.clock == nil || c.after == nil || c.log == nil {
 		t.Fatal("clock, timer or logger missing")
+	}
+}
+
+// Options.Unreachable hears of a server going from reachable to
+// unreachable, once per such change; a server never reached, or one that
+// stays down, is not reported again.
+func TestUnreachableCallback(t *testing.T) {
+	down := make(chan string, 10)
+	c, p, clock := testChecker(t, Options{
+		Targets:     []Target{standbyTarget(addrA)},
+		Unreachable: func(addr string) { down <- addr },
+	}, map[string]answer{addrA: unreachable})
+	waitVerdict(t, c, addrA, clock.Now()) // never reached: no call
+	step := func(a answer) {
+		t.Helper()
+		p.set(addrA, a)
+		clock.Advance(clock.nextWait(t))
+		waitVerdict(t, c, addrA, clock.Now())
+	}
+	step(standbyOK)
+	step(unreachable)
+	step(unreachable)
+	step(standbyOK)
+	step(unreachable)
+	clock.nextWait(t) // the loop waits again: its last record (and call) is done
+	var got []string
+	for len(down) > 0 {
+		got = append(got, <-down)
+	}
+	if want := []string{addrA, addrA}; !slices.Equal(got, want) {
+		t.Fatalf("Unreachable calls = %v, want %v (one per reachable→unreachable change)", got, want)
 	}
 }
