@@ -31,6 +31,7 @@ const (
 	MetricClientConnections = "kinetic_client_connections"
 	MetricPoolConnections   = "kinetic_pool_connections"
 	MetricQueryDuration     = "kinetic_query_duration_seconds"
+	MetricReadRetries       = "kinetic_read_retries_total"
 )
 
 // DefaultQueryClass is the query_class label of a read that declared no
@@ -58,6 +59,7 @@ type Metrics struct {
 	decisions     *prometheus.CounterVec
 	fallbacks     *prometheus.CounterVec
 	rejected      *prometheus.CounterVec
+	retries       *prometheus.CounterVec
 	readWait      prometheus.Histogram
 	queryDuration *prometheus.HistogramVec
 	allStale      *prometheus.GaugeVec
@@ -65,6 +67,7 @@ type Metrics struct {
 	decisionCache childCache[decisionKey, prometheus.Counter]
 	fallbackCache childCache[routeReason, prometheus.Counter]
 	rejectedCache childCache[routeReason, prometheus.Counter]
+	retryCache    childCache[retryKey, prometheus.Counter]
 	durationCache childCache[string, prometheus.Observer]
 
 	clients *clientGauge
@@ -74,6 +77,8 @@ type Metrics struct {
 type decisionKey struct{ route, class, target, reason string }
 
 type routeReason struct{ route, reason string }
+
+type retryKey struct{ route, server, cause string }
 
 // NewMetrics builds the registry with every metric registered. Metrics
 // without observations (counter and histogram vectors, per-server gauges)
@@ -93,6 +98,10 @@ func NewMetrics() *Metrics {
 			Name: MetricRejectedReads,
 			Help: "Reads refused with KN001 because no server could serve them within their consistency contract, by reason.",
 		}, []string{"route", "reason"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricReadRetries,
+			Help: "Autocommit reads run again elsewhere because their replica failed before the first byte of the answer, by cause (connection_lost, or unreachable: a probe found the replica unreachable while the read waited).",
+		}, []string{"route", "server", "cause"}),
 		readWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    MetricReadWait,
 			Help:    "Time reads waited for a replica to catch up (fallback_policy wait, read-your-writes).",
@@ -112,7 +121,7 @@ func NewMetrics() *Metrics {
 		servers: newServerCollector(),
 	}
 	m.reg.MustRegister(
-		m.decisions, m.fallbacks, m.rejected, m.readWait, m.queryDuration, m.allStale,
+		m.decisions, m.fallbacks, m.rejected, m.retries, m.readWait, m.queryDuration, m.allStale,
 		m.clients, m.servers,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -150,6 +159,14 @@ func (m *Metrics) PrimaryFallback(route, reason string) {
 func (m *Metrics) RejectedRead(route, reason string) {
 	m.rejectedCache.get(routeReason{route, reason}, func() prometheus.Counter {
 		return m.rejected.WithLabelValues(route, reason)
+	}).Inc()
+}
+
+// ReadRetry counts a read run again elsewhere after its replica server
+// failed before answering (cause connection_lost or unreachable).
+func (m *Metrics) ReadRetry(route, server, cause string) {
+	m.retryCache.get(retryKey{route, server, cause}, func() prometheus.Counter {
+		return m.retries.WithLabelValues(route, server, cause)
 	}).Inc()
 }
 

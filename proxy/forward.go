@@ -590,7 +590,14 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		}
 		tried[d.addr] = true
 		ss.srv.backoff.failed(d.addr, time.Now())
-		ss.log.Warn("replica failed before answering a read; retrying it elsewhere", zap.String("server", d.addr))
+		cause := "connection_lost"
+		ss.mu.Lock()
+		if l.abandoned {
+			cause = "unreachable"
+		}
+		ss.mu.Unlock()
+		ss.srv.metrics.ReadRetry(ss.route.Name, d.addr, cause)
+		ss.log.Warn("replica failed before answering a read; retrying it elsewhere", zap.String("server", d.addr), zap.String("cause", cause))
 	}
 }
 

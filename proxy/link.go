@@ -40,6 +40,9 @@ type link struct {
 
 	readerDone chan error
 	dead       bool // the reader ended; the link must not be used
+	// abandoned: a probe found the server unreachable while a retryable
+	// read waited for its answer, and abandonRead closed the connection.
+	abandoned bool
 
 	// Transaction pooling (see releaseIdle): claims counts the session
 	// goroutine's uses in progress (a unit being written, an open stream);

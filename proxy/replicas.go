@@ -28,7 +28,9 @@ type routing struct {
 	probers     []*health.PGProber
 }
 
-func newRouting(cfg *config.Config, log *zap.Logger) *routing {
+// onDown is called when a probe finds a server unreachable after it was
+// reachable (health.Options.Unreachable).
+func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string)) *routing {
 	r := &routing{classifiers: map[string]*classify.Classifier{}, checkers: map[string]*health.Checker{}}
 	for i := range cfg.Routes {
 		rt := &cfg.Routes[i]
@@ -49,11 +51,12 @@ func newRouting(cfg *config.Config, log *zap.Logger) *routing {
 			targets = append(targets, health.Target{Route: rt.Name, Addr: rep.Address, Configured: health.RoleStandby})
 		}
 		r.checkers[rt.Name] = health.NewChecker(health.Options{
-			Targets:  targets,
-			Interval: rt.HA.HealthInterval(),
-			Timeout:  rt.HA.HealthTimeout(),
-			Prober:   prober,
-			Logger:   log,
+			Targets:     targets,
+			Interval:    rt.HA.HealthInterval(),
+			Timeout:     rt.HA.HealthTimeout(),
+			Prober:      prober,
+			Logger:      log,
+			Unreachable: onDown,
 		})
 		r.probers = append(r.probers, prober)
 	}
@@ -394,4 +397,38 @@ func (s *Server) observe(addr string, t freshness.Token) {
 // probe timeout, at least a second, at most the general connect timeout.
 func replicaDialTimeout(rt *config.Route, ceiling time.Duration) time.Duration {
 	return min(max(2*rt.HA.HealthTimeout(), time.Second), ceiling)
+}
+
+// abandonReads is called when a probe finds server addr unreachable: every
+// session whose retryable read still waits for the first byte of addr's
+// answer gives that connection up, and the read runs again elsewhere (a
+// server that stopped answering, say frozen or behind a dead network path,
+// would otherwise hold such reads until TCP gave up).
+func (s *Server) abandonReads(addr string) {
+	s.mu.Lock()
+	sessions := make([]*session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		sessions = append(sessions, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range sessions {
+		ss.abandonRead(addr)
+	}
+}
+
+// abandonRead closes the session's connection to addr if a retryable read
+// waits on it for the first byte of the answer: its reader fails, and the
+// session goroutine runs the read elsewhere (routeBatch).
+func (ss *session) abandonRead(addr string) {
+	ss.mu.Lock()
+	l := ss.awaiting
+	if l == nil || l.addr != addr || ss.answered || l.dead {
+		ss.mu.Unlock()
+		return
+	}
+	l.abandoned = true
+	ss.mu.Unlock()
+	ss.log.Warn("a probe found the replica unreachable while a read waited for its answer; running the read elsewhere",
+		zap.String("server", addr))
+	l.conn.Close()
 }

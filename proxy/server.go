@@ -141,7 +141,7 @@ func New(opts Options) (*Server, error) {
 // certificates). Call it after the ConfigSource swapped in a new config.
 func (s *Server) Reload() error {
 	cfg := s.opts.Config.Load()
-	if old := s.routing.Swap(newRouting(cfg, s.log)); old != nil {
+	if old := s.routing.Swap(newRouting(cfg, s.log, s.abandonReads)); old != nil {
 		old.close()
 	}
 	if s.rollout != nil {

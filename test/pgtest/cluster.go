@@ -424,3 +424,6 @@ func Ports(servers ...*Server) map[int]bool {
 
 // StandbyPorts is Ports of every standby of c.
 func (c *Cluster) StandbyPorts() map[int]bool { return Ports(c.Standbys...) }
+
+// Ports is Ports of s alone.
+func (s *Server) Ports() map[int]bool { return Ports(s) }

@@ -357,3 +357,25 @@ func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, 
 	}
 	return context.WithTimeout(ctx, d)
 }
+
+// Freeze stops every process of s (postmaster, backends, WAL receiver)
+// with SIGSTOP, as if its host hung: connections stay open and nothing
+// answers. The returned thaw resumes them (SIGCONT); call it before the
+// cluster closes, say from t.Cleanup, since a frozen server cannot stop.
+func (s *Server) Freeze() (thaw func(), err error) {
+	pids := procsUnder(s.DataDir)
+	if len(pids) == 0 {
+		return nil, fmt.Errorf("pgtest: freeze %s: no process runs in %s", s.Name, s.DataDir)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
+		})
+	}, nil
+}
