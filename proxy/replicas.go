@@ -427,8 +427,10 @@ func (ss *session) abandonRead(addr string) {
 		return
 	}
 	l.abandoned = true
+	// Closed under ss.mu: while ss.awaiting is l the connection cannot go
+	// back to its pool (releaseIdle), so it is never another session's.
+	l.conn.Close()
 	ss.mu.Unlock()
 	ss.log.Warn("a probe found the replica unreachable while a read waited for its answer; running the read elsewhere",
 		zap.String("server", addr))
-	l.conn.Close()
 }
