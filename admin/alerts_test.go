@@ -81,6 +81,7 @@ func exportedMetrics(t *testing.T) map[string]metricInfo {
 	m.RouteDecision("app", "", "replica", "read")
 	m.PrimaryFallback("app", "lag_exceeded")
 	m.RejectedRead("app", "replica_unavailable")
+	m.ReadRetry("app", "pg2", "connection_lost")
 	m.ReadWait(0.01)
 	m.QueryDuration("replica", 0.01)
 	m.ClientConnections(1)

@@ -67,6 +67,8 @@ func TestServeMetricsExposition(t *testing.T) {
 	m.RouteDecision("app", "reporting_aggregate", "rejected", "replica_unavailable")
 	m.PrimaryFallback("app", "lag_exceeded")
 	m.RejectedRead("app", "replica_unavailable")
+	m.ReadRetry("app", "pg2", "unreachable")
+	m.ReadRetry("app", "pg2", "unreachable")
 	m.ReadWait(0.003)
 	m.QueryDuration("replica", 0.002)
 	m.QueryDuration("primary", 0.2)
@@ -93,6 +95,7 @@ func TestServeMetricsExposition(t *testing.T) {
 		`kinetic_route_decisions_total{query_class="reporting_aggregate",reason="replica_unavailable",route="app",target="rejected"} 1`,
 		`kinetic_primary_fallbacks_total{reason="lag_exceeded",route="app"} 1`,
 		`kinetic_rejected_reads_total{reason="replica_unavailable",route="app"} 1`,
+		`kinetic_read_retries_total{cause="unreachable",route="app",server="pg2"} 2`,
 		`kinetic_read_wait_seconds_count 1`,
 		`kinetic_read_wait_seconds_bucket{le="0.005"} 1`,
 		`kinetic_read_wait_seconds_bucket{le="0.0025"} 0`,
