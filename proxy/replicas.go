@@ -399,11 +399,13 @@ func replicaDialTimeout(rt *config.Route, ceiling time.Duration) time.Duration {
 	return min(max(2*rt.HA.HealthTimeout(), time.Second), ceiling)
 }
 
-// abandonReads is called when a probe finds server addr unreachable: every
-// session whose retryable read still waits for the first byte of addr's
-// answer gives that connection up, and the read runs again elsewhere (a
-// server that stopped answering, say frozen or behind a dead network path,
-// would otherwise hold such reads until TCP gave up).
+// abandonReads is called when a probe finds server addr unreachable. A
+// server that stopped answering (a hung host, a dead network path) keeps
+// its connections open and silent, and every session waiting on one would
+// wait until TCP gave up: each session lets go of its connection to addr if
+// it waits there for a retryable read's first byte (the read then runs
+// elsewhere) or for the answer to a WAL position query behind a unit
+// already answered (the session's next read would wait for it).
 func (s *Server) abandonReads(addr string) {
 	s.mu.Lock()
 	sessions := make([]*session, 0, len(s.sessions))
@@ -412,25 +414,41 @@ func (s *Server) abandonReads(addr string) {
 	}
 	s.mu.Unlock()
 	for _, ss := range sessions {
-		ss.abandonRead(addr)
+		ss.abandonWaits(addr)
 	}
 }
 
-// abandonRead closes the session's connection to addr if a retryable read
-// waits on it for the first byte of the answer: its reader fails, and the
-// session goroutine runs the read elsewhere (routeBatch).
-func (ss *session) abandonRead(addr string) {
+// abandonWaits closes the session's connection to replica addr when the
+// session waits on it without serving the client from it: a retryable
+// read waiting for its first byte, or injected queries (a WAL position
+// query) still unanswered on an otherwise idle link. The reader then fails
+// (linkFailed uncounts the queries) and a waiting read runs elsewhere. A
+// transaction or a unit already answering on addr is left alone.
+func (ss *session) abandonWaits(addr string) {
 	ss.mu.Lock()
-	l := ss.awaiting
-	if l == nil || l.addr != addr || ss.answered || l.dead {
+	l := ss.replicas[addr]
+	if ss.awaiting != nil && ss.awaiting.addr == addr {
+		l = ss.awaiting
+	}
+	if l == nil || l.dead || l.released {
 		ss.mu.Unlock()
 		return
 	}
-	l.abandoned = true
-	// Closed under ss.mu: while ss.awaiting is l the connection cannot go
-	// back to its pool (releaseIdle), so it is never another session's.
+	retry := ss.awaiting == l && !ss.answered
+	serving := l == ss.cur && (ss.pending > 0 || ss.tx != 'I')
+	if !retry && (serving || len(l.swallow) == 0) {
+		ss.mu.Unlock()
+		return
+	}
+	l.abandoned = retry
+	// Closed under ss.mu: while the link is awaited or owes answers it
+	// cannot go back to its pool (releaseIdle), so the connection is
+	// never another session's.
 	l.conn.Close()
 	ss.mu.Unlock()
-	ss.log.Warn("a probe found the replica unreachable while a read waited for its answer; running the read elsewhere",
-		zap.String("server", addr))
+	what := "a read waited for its answer; running the read elsewhere"
+	if !retry {
+		what = "the session waited for a WAL position answer; dropping the connection"
+	}
+	ss.log.Warn("a probe found the replica unreachable while "+what, zap.String("server", addr))
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pg-kinetic/pg-kinetic/admin"
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
@@ -41,6 +43,13 @@ func TestChaosFrozenReplicaReadRunsElsewhere(t *testing.T) {
 			p, err := readPort(ctx, c, "select inet_server_port()")
 			return err == nil && p == standby.Port, nil
 		})
+		// SHOW pg_kinetic.write_lsn waits for the replay-position query
+		// that followed that read, so none is in flight on the replica
+		// when it freezes (abandonWaits would drop that connection too,
+		// and the read would go straight to the primary, proving less).
+		if _, err := c.Exec(ctx, "SHOW pg_kinetic.write_lsn", pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
 		before := readRetries(t, px, "unreachable")
 		thaw, err := standby.Freeze()
 		if err != nil {
