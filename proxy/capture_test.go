@@ -44,6 +44,20 @@ func TestCaptureAccounting(t *testing.T) {
 		if n := captures(ss); n != 0 {
 			t.Fatalf("captures = %d after the link failed, want 0", n)
 		}
+		if !ss.owesCapture() {
+			t.Fatal("a lost replay-position query left no captureDebt: the floor may lag what the read saw")
+		}
+	})
+
+	t.Run("a lost strict-fresh position leaves no debt", func(t *testing.T) {
+		ss, l := newSession(), newReplicaLink()
+		if err := ss.injectCapture(l, capturePosition); err != nil {
+			t.Fatal(err)
+		}
+		ss.linkFailed(l, io.EOF, false)
+		if ss.owesCapture() {
+			t.Fatal("captureDebt after losing a strict-fresh position (that read goes to the primary by itself)")
+		}
 	})
 
 	t.Run("the link failed before the query was queued", func(t *testing.T) {

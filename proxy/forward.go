@@ -354,25 +354,12 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		return nil, ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
 			Code: codeInvalidParameter, Message: u.hintErr}, open)
 	}
+	if err := ss.payCaptureDebt(); err != nil {
+		return nil, err
+	}
 	if !open && len(b.msgs) == 1 && b.msgs[0].typ == 'Q' {
 		if handled, err := ss.answerLocally(b, decisions); handled || err != nil {
 			return nil, err
-		}
-	}
-
-	if ss.captureDebt {
-		// The unit before was COPY FROM STDIN: read the position it left
-		// now that the copy is over (one round trip, after COPY only).
-		ss.captureDebt = false
-		ss.waitIdle()
-		if l, err := ss.primaryLink(); err == nil {
-			if ss.injectCapture(l, captureWrite) == nil {
-				err = l.conn.W.Flush()
-			}
-			ss.unclaim(l)
-			if err != nil {
-				return nil, errServerGone
-			}
 		}
 	}
 
@@ -416,7 +403,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			Code: codeReadOnlyTx, Message: "pg-kinetic: the configured primary is in recovery; writes fail closed",
 			Detail: "server " + ss.route.Primary.Address + " reports pg_is_in_recovery() = true (split brain)"}, open)
 	}
-	if fresh && (u.read || u.txStart) && !u.hintPrim && !ss.waitCaptures() {
+	if fresh && (u.read || u.txStart) && !u.hintPrim && (!ss.waitCaptures() || ss.owesCapture()) {
 		// The session's latest position is not known: only the primary
 		// is provably fresh.
 		u.read, u.txStart, u.reason = false, false, reasonReadYourWrites
@@ -601,6 +588,44 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 	}
 }
 
+// payCaptureDebt reads the primary's WAL position when the session owes
+// it (captureDebt), before the unit being routed: one round trip, after a
+// COPY FROM STDIN or a lost position query only. The answer raises token
+// and floor to a position at or after everything the session wrote or
+// saw. When the primary cannot be reached the debt stays, and reads go to
+// the primary meanwhile (owesCapture).
+func (ss *session) payCaptureDebt() error {
+	if !ss.owesCapture() || !ss.freshnessOn() {
+		return nil
+	}
+	ss.waitIdle()
+	l, err := ss.primaryLink()
+	if err != nil {
+		return nil // the unit finds out for itself
+	}
+	ss.mu.Lock()
+	ss.captureDebt = false
+	ss.mu.Unlock()
+	if err = ss.injectCapture(l, captureWrite); err == nil {
+		err = l.conn.W.Flush()
+	}
+	ss.unclaim(l)
+	if err != nil {
+		ss.mu.Lock()
+		ss.captureDebt = true
+		ss.mu.Unlock()
+		return errServerGone
+	}
+	return nil
+}
+
+// owesCapture reports captureDebt.
+func (ss *session) owesCapture() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.captureDebt
+}
+
 // linkDead reports whether l's reader has ended on a failure.
 func (ss *session) linkDead(l *link) bool {
 	ss.mu.Lock()
@@ -619,7 +644,9 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 	if u.copyIn {
 		// Nothing but copy messages may follow COPY FROM STDIN: the
 		// position is read before the session's next unit instead.
+		ss.mu.Lock()
 		ss.captureDebt = true
+		ss.mu.Unlock()
 		return nil
 	}
 	ss.mu.Lock()

@@ -196,8 +196,8 @@ func (ss *session) detach(l *link, clientAtBoundary bool) {
 // forgetSwallowLocked drops the first n expected injected answers of l
 // that will never be read, uncounting the WAL position queries among them:
 // a counted capture that is neither answered nor uncounted would make the
-// session's next read wait for it for ever (waitCaptures). Callers hold
-// ss.mu.
+// session's next read wait for it for ever (waitCaptures). A lost position
+// query also leaves the session a captureDebt. Callers hold ss.mu.
 func (ss *session) forgetSwallowLocked(l *link, n int) {
 	if n == 0 {
 		return
@@ -205,6 +205,13 @@ func (ss *session) forgetSwallowLocked(l *link, n int) {
 	for _, e := range l.swallow[:n] {
 		if e.capture != 0 {
 			ss.captures--
+		}
+		if e.capture != 0 && e.capture != capturePosition {
+			// What the unit before it wrote or saw is now unknown: the
+			// primary's position, read before the next unit, covers it.
+			// (A strict-fresh read whose position is lost goes to the
+			// primary by itself.)
+			ss.captureDebt = true
 		}
 	}
 	l.swallow = l.swallow[n:]

@@ -57,12 +57,11 @@ type session struct {
 	txPool bool
 
 	// Routing state owned by the session goroutine.
-	classifier  *classify.Classifier
-	stream      *link         // a routed batch still open (ended by Flush): its messages follow
-	streamUnit  unitInfo      // what the router knew of that unit
-	captureDebt bool          // a COPY FROM STDIN unit still owes its position query
-	classified  []*classified // analyze's records, reused unit after unit
-	deferred    string        // a plain BEGIN answered locally, not yet sent to a server
+	classifier *classify.Classifier
+	stream     *link         // a routed batch still open (ended by Flush): its messages follow
+	streamUnit unitInfo      // what the router knew of that unit
+	classified []*classified // analyze's records, reused unit after unit
+	deferred   string        // a plain BEGIN answered locally, not yet sent to a server
 
 	mu       sync.Mutex
 	cond     *sync.Cond       // on mu: signalled at ReadyForQuery, link failure and kill
@@ -97,13 +96,19 @@ type session struct {
 	queryClass string // SET pg_kinetic.query_class / startup parameter
 
 	// Freshness (SPEC §5).
-	token     freshness.Token // write token: at or after the session's last commit
-	floor     freshness.Token // monotonic-read floor: token or what the last read saw
-	minLSN    freshness.Token // SET pg_kinetic.min_lsn
-	position  freshness.Token // the primary's position captured for a strict-fresh read
-	captures  int             // WAL position queries in flight
-	lastWrite time.Time       // for sticky_primary_window_ms
-	fallback  *fallbackSlot   // a primary fallback this session holds until its unit ends
+	token    freshness.Token // write token: at or after the session's last commit
+	floor    freshness.Token // monotonic-read floor: token or what the last read saw
+	minLSN   freshness.Token // SET pg_kinetic.min_lsn
+	position freshness.Token // the primary's position captured for a strict-fresh read
+	captures int             // WAL position queries in flight
+	// captureDebt: the session owes itself a read of the primary's WAL
+	// position before its next unit: after COPY FROM STDIN (nothing else
+	// may follow it on the wire), or after a position query was lost with
+	// its connection, so token and floor may lag what the session wrote or
+	// saw (forgetSwallowLocked).
+	captureDebt bool
+	lastWrite   time.Time     // for sticky_primary_window_ms
+	fallback    *fallbackSlot // a primary fallback this session holds until its unit ends
 
 	// awaiting is a replica link running a retryable read; answered turns
 	// true when the first byte of its answer is about to reach the client.
