@@ -55,10 +55,14 @@ func (ss *session) connect() error {
 		}
 		st.settings = ss.settingsKey
 	}
-	ss.replicas = map[string]*link{}
 	ss.stmts = map[string]stmtInfo{}
 	ss.sqlPrepared = map[string]sqlPrep{}
+	// Under mu: the Server reaches sessions still starting up (drain,
+	// abandonReads), and reads these under mu.
+	ss.mu.Lock()
+	ss.replicas = map[string]*link{}
 	ss.cond = sync.NewCond(&ss.mu)
+	ss.mu.Unlock()
 	if r := ss.srv.routing.Load(); r != nil {
 		ss.classifier = r.classifiers[route.Name]
 	}
