@@ -407,13 +407,7 @@ func replicaDialTimeout(rt *config.Route, ceiling time.Duration) time.Duration {
 // elsewhere) or for the answer to a WAL position query behind a unit
 // already answered (the session's next read would wait for it).
 func (s *Server) abandonReads(addr string) {
-	s.mu.Lock()
-	sessions := make([]*session, 0, len(s.sessions))
-	for ss := range s.sessions {
-		sessions = append(sessions, ss)
-	}
-	s.mu.Unlock()
-	for _, ss := range sessions {
+	for _, ss := range s.sessionList() {
 		ss.abandonWaits(addr)
 	}
 }

@@ -214,10 +214,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for ln := range s.listeners {
 		ln.Close()
 	}
-	sessions := make([]*session, 0, len(s.sessions))
-	for ss := range s.sessions {
-		sessions = append(sessions, ss)
-	}
+	sessions := s.sessionListLocked()
 	s.mu.Unlock()
 	for _, ss := range sessions {
 		ss.drain()
@@ -264,15 +261,24 @@ func (s *Server) closeRouting() {
 }
 
 func (s *Server) closeSessions() {
+	for _, ss := range s.sessionList() {
+		ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
+	}
+}
+
+// sessionList is every session, also those still starting up.
+func (s *Server) sessionList() []*session {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessionListLocked()
+}
+
+func (s *Server) sessionListLocked() []*session {
 	sessions := make([]*session, 0, len(s.sessions))
 	for ss := range s.sessions {
 		sessions = append(sessions, ss)
 	}
-	s.mu.Unlock()
-	for _, ss := range sessions {
-		ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
-	}
+	return sessions
 }
 
 // isDraining reports whether Shutdown has begun.
