@@ -67,6 +67,11 @@ var writeFunctions = map[string]fnFlags{
 	"loread":  fnWrite,
 	"lowrite": fnWrite,
 
+	// The session's identity: the client was given the primary server's
+	// PID in BackendKeyData (session pooling), so the function answers
+	// there, where pg_terminate_backend and pg_cancel_backend of it act.
+	"pg_backend_pid": fnWrite,
+
 	// Server and backend administration.
 	"pg_terminate_backend":                fnWrite,
 	"pg_cancel_backend":                   fnWrite,
@@ -144,7 +149,7 @@ var safeFunctions = toSet(
 	// Volatile but harmless on a standby (SPEC §3's known-safe built-ins).
 	"random", "random_normal", "gen_random_uuid", "uuid_generate_v1", "uuid_generate_v1mc",
 	"uuid_generate_v4", "uuidv4", "clock_timestamp", "timeofday", "now", "statement_timestamp",
-	"transaction_timestamp", "pg_sleep", "pg_sleep_for", "pg_sleep_until", "pg_backend_pid",
+	"transaction_timestamp", "pg_sleep", "pg_sleep_for", "pg_sleep_until",
 	"inet_server_port", "inet_server_addr", "inet_client_port", "inet_client_addr",
 	"pg_is_in_recovery", "pg_last_wal_replay_lsn", "pg_last_wal_receive_lsn",
 	"pg_last_xact_replay_timestamp", "pg_postmaster_start_time", "pg_conf_load_time",

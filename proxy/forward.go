@@ -346,6 +346,10 @@ func (ss *session) buffer(l *link, b *batch) error {
 // or nil when the proxy answered the unit itself (a rejection, a local
 // command, a deferred BEGIN).
 func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
+	if f := ss.takeLostPrimary(); f != nil {
+		ss.endWithServerError(f) // the session's backend was terminated
+		return nil, nil
+	}
 	u, decisions := ss.analyze(b, oversized)
 	if open {
 		ss.streamUnit = u // for the position query when the unit's Sync comes

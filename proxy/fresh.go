@@ -70,6 +70,7 @@ func (ss *session) injectCapture(l *link, kind byte) error {
 	l.swallow = append(l.swallow, expect{kind: 'Z', batch: l.batches, capture: kind})
 	l.batches++
 	ss.captures++
+	l.st.unnamed = "" // the simple Query destroys the unnamed statement
 	if l.parked {
 		ss.cond.Broadcast()
 	}

@@ -68,8 +68,11 @@ type link struct {
 // settings applied. It is kept in pool.Conn.State; a reset (DISCARD ALL on
 // release in session pooling) forgets it.
 type serverState struct {
-	prepared    map[string]string // protocol-level statement name -> query text
-	unnamed     string            // text of the unnamed statement, "" if none
+	// prepared and unnamed hold the whole Parse body (name, text and
+	// parameter types) each statement was prepared with: the same text
+	// with other parameter types is another statement.
+	prepared    map[string]string // protocol-level statement name -> Parse body
+	unnamed     string            // Parse body of the unnamed statement, "" if none
 	sqlPrepared map[string]string // SQL PREPARE name -> PREPARE text
 	// settings is the settings query (settingsQuery) last applied after a
 	// RESET ALL, "" for the server's defaults.
@@ -260,6 +263,10 @@ func (ss *session) serverToClient(l *link) error {
 		ss.forgetSwallowLocked(l, stale)
 		if len(l.swallow) > 0 && l.swallow[0].batch == l.rfqs {
 			switch e := l.swallow[0]; {
+			case e.kind == 'Z' && (h.Type == 'A' || e.capture != 0 && (h.Type == 'N' || h.Type == 'S')):
+				// Asynchronous: a notification, or a notice or parameter
+				// change arriving during a WAL position query (which has
+				// none of its own). The client gets it.
 			case e.kind == 'Z':
 				drop, head = true, e
 				endInjected = h.Type == 'Z'
@@ -277,15 +284,29 @@ func (ss *session) serverToClient(l *link) error {
 				ss.forgetSwallowLocked(l, n)
 			}
 		}
+		deferFatal := false
 		if unsolicited := !drop && l.batches == l.rfqs && !(l == ss.cur && ss.tx != 'I'); unsolicited &&
 			(l.replica || h.Type == 'E' && ss.pinned == "" && ss.freshnessOn()) {
-			// Unsolicited, from a link nobody waits on: anything from a
-			// replica (a FATAL before a shutdown, a ParameterStatus after a
-			// reload), or the primary's FATAL before it goes away when the
-			// session can go on without it. The client is talking to
-			// another server and must not see it. (NOTIFY and notices from
-			// the primary still pass: LISTEN pins the session there.)
-			drop = true
+			switch {
+			case !l.replica && !ss.txPool && ss.pending == 0 && !ss.unsynced:
+				// Session pooling: the client holds this backend's PID
+				// (BackendKeyData), so its FATAL (pg_terminate_backend,
+				// 57P01) ends the session, as directly: relayed now, as
+				// the session is idle.
+			case !l.replica && !ss.txPool:
+				// The same while the client waits for a replica: the
+				// error ends the session at its next idle point.
+				drop, deferFatal = true, true
+			default:
+				// Unsolicited, from a link nobody waits on: anything from
+				// a replica (a FATAL before a shutdown, a ParameterStatus
+				// after a reload), or in transaction pooling the primary's
+				// FATAL before it goes away. The client is talking to
+				// another server and must not see it. (NOTIFY and notices
+				// from the primary still pass: LISTEN pins the session
+				// there.)
+				drop = true
+			}
 		}
 		ss.mu.Unlock()
 
@@ -302,6 +323,17 @@ func (ss *session) serverToClient(l *link) error {
 						srv.Params[ps.Name] = ps.Value
 					}
 				case 'E':
+					if deferFatal && isFatal(body) {
+						ss.mu.Lock()
+						ss.lostPrimary = append([]byte(nil), body...)
+						idle := ss.pending == 0
+						ss.mu.Unlock()
+						if idle { // the replica's answer ended meanwhile
+							if f := ss.takeLostPrimary(); f != nil {
+								ss.endWithServerError(f)
+							}
+						}
+					}
 					// Dropped: the client was not told, so a failure that
 					// follows is reported to it by the proxy.
 					if head.capture == 0 && head.kind != 0 {
@@ -457,7 +489,11 @@ func (ss *session) serverToClient(l *link) error {
 			return werr
 		}
 		if closeNow {
-			ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
+			if f := ss.takeLostPrimary(); f != nil {
+				ss.endWithServerError(f)
+			} else {
+				ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
+			}
 			return errInterrupted
 		}
 		if h.Type == 'Z' && ss.txPool && ss.releaseIdle(l) {
@@ -589,7 +625,7 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 		}
 	}
 	ss.cond.Broadcast()
-	return ss.draining && ss.idleLocked()
+	return ss.pending == 0 && ss.lostPrimary != nil || ss.draining && ss.idleLocked()
 }
 
 // linkFailed handles a server connection that broke. Losing the primary,
@@ -610,7 +646,7 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 		ss.log.Info("idle replica connection lost", zap.String("server", l.addr), zap.Error(err))
 		return
 	}
-	if !l.replica && !serving && ss.freshnessOn() && ss.pinnedReason() == "" {
+	if !l.replica && !serving && ss.freshnessOn() && ss.pinnedReason() == "" && !(toldClient && !ss.txPool) {
 		// The primary went away while the session was not using it: reads
 		// can go on on replicas; the next unit for the primary reconnects
 		// or fails with an error (reconnectPrimary).

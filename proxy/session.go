@@ -74,6 +74,12 @@ type session struct {
 	draining bool             // Shutdown asked: close at the next idle point
 	killed   bool             // the session is being closed
 
+	// lostPrimary is the FATAL ErrorResponse (body) with which the
+	// session's primary server connection ended while the client waited
+	// for another server: the session ends with it at its next idle point
+	// (session pooling, where the client holds that backend's identity).
+	lostPrimary []byte
+
 	pinned  string // why the session is pinned to the primary; "" when it is not
 	unitErr bool   // an ErrorResponse reached the client since the last idle point
 	lastTag string // the last CommandComplete tag relayed
@@ -172,6 +178,29 @@ func (ss *session) kill(err *clientError) {
 		ss.wmu.Unlock()
 	}
 	ss.conn.Close()
+}
+
+// endWithServerError relays a server's FATAL ErrorResponse body to the
+// client as is and ends the session, as PostgreSQL ends a connection whose
+// backend was terminated.
+func (ss *session) endWithServerError(body []byte) {
+	ss.wmu.Lock()
+	if err := wire.WriteHeader(ss.out(), wire.Header{Type: 'E', Len: len(body)}); err == nil {
+		if _, err := ss.out().Write(body); err == nil {
+			ss.flushOut()
+		}
+	}
+	ss.wmu.Unlock()
+	ss.kill(nil)
+}
+
+// takeLostPrimary returns and clears lostPrimary.
+func (ss *session) takeLostPrimary() []byte {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	f := ss.lostPrimary
+	ss.lostPrimary = nil
+	return f
 }
 
 func (ss *session) isKilled() bool {

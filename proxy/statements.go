@@ -85,6 +85,11 @@ func (ss *session) inject(l *link, msg wire.Encoder, drop byte) error {
 	if drop == 'Z' {
 		l.batches++
 	}
+	if _, simple := msg.(*pgproto3.Query); simple {
+		// A simple Query destroys the server's unnamed statement: the
+		// client's is Parsed again before its next Bind or Describe.
+		l.st.unnamed = ""
+	}
 	if l.parked {
 		ss.cond.Broadcast()
 	}
@@ -99,7 +104,7 @@ func (ss *session) ensureStatement(l *link, name string) error {
 	var want stmtInfo
 	if name == "" {
 		want = ss.unnamed
-		if want.parse == nil || l.st.unnamed == want.query {
+		if want.parse == nil || l.st.unnamed == string(want.parse) {
 			return nil
 		}
 	} else {
@@ -108,7 +113,7 @@ func (ss *session) ensureStatement(l *link, name string) error {
 			return nil // unknown to the client too: the server reports it
 		}
 		if have, ok := l.st.prepared[name]; ok {
-			if have == want.query {
+			if have == string(want.parse) {
 				return nil
 			}
 			if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3'); err != nil {
@@ -124,9 +129,9 @@ func (ss *session) ensureStatement(l *link, name string) error {
 		return err
 	}
 	if name == "" {
-		l.st.unnamed = want.query
+		l.st.unnamed = string(want.parse)
 	} else {
-		l.st.prepared[name] = want.query
+		l.st.prepared[name] = string(want.parse)
 	}
 	return nil
 }
@@ -143,7 +148,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		info := stmtInfo{query: query, parse: append([]byte(nil), body...)}
 		if name == "" {
 			ss.unnamed = info
-			l.st.unnamed = query
+			l.st.unnamed = string(info.parse)
 			return nil
 		}
 		if _, known := ss.stmts[name]; !known {
@@ -156,7 +161,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			}
 		}
 		ss.stmts[name] = info
-		l.st.prepared[name] = query
+		l.st.prepared[name] = string(info.parse)
 	case 'B':
 		if name, err := bindStatement(body); err == nil {
 			return ss.ensureStatement(l, name)
@@ -176,7 +181,10 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			}
 		}
 	case 'Q':
-		l.st.unnamed = "" // a simple Query drops the unnamed statement
+		// A simple Query drops the unnamed statement, on the server and so
+		// for the client too (a later Bind of it fails there as here).
+		l.st.unnamed = ""
+		ss.unnamed = stmtInfo{}
 	}
 	return nil
 }
