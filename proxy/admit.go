@@ -111,10 +111,7 @@ func (ss *session) admit() (isCancel bool, err error) {
 	for {
 		body, err := wire.ReadStartup(ss.r, buf)
 		if err != nil {
-			if errors.Is(err, wire.ErrBadLength) {
-				return false, protocolViolation("invalid length of startup packet")
-			}
-			return false, errClientGone{err}
+			return false, startupReadError(ss.r, err)
 		}
 		buf = body
 		code := binary.BigEndian.Uint32(body[:4])
@@ -141,6 +138,41 @@ func (ss *session) admit() (isCancel bool, err error) {
 			return false, ss.readStartup(body)
 		}
 	}
+}
+
+// errTerminateBeforeStartup is a Terminate message read where a startup
+// packet belongs: a client saying goodbye before it logged in.
+var errTerminateBeforeStartup = errors.New("Terminate before the startup packet")
+
+// startupReadError turns a failure to frame a startup-phase packet into what
+// PostgreSQL 15 does (postmaster.c, ProcessStartupPacket):
+//
+//   - EOF before any byte: close without a word; nothing is logged (service
+//     monitors and port scanners do this all the time).
+//   - EOF inside the length word or the packet: close without a word;
+//     PostgreSQL logs "incomplete startup packet" (a COMMERROR, which goes
+//     to the server log only), we log it at debug level.
+//   - A Terminate message ('X', length 4) where the packet belongs:
+//     PostgreSQL reads 'X',0,0,0 as a length of 1476395008, logs "invalid
+//     length of startup packet" and closes without sending anything. So do
+//     we, logging at debug level.
+//   - Any other length outside 8..10000: PostgreSQL also closes silently,
+//     but kineticd answers FATAL 08P01 "invalid length of startup packet"
+//     (docs/behaviour.md, Connecting): garbage is not a goodbye, and the
+//     answer tells a misconfigured client what went wrong.
+//
+// Errors wrapped in errClientGone are never answered (rejectStartup).
+func startupReadError(r *bufio.Reader, err error) error {
+	switch {
+	case errors.Is(err, wire.ErrBadLength):
+		if b, _ := r.Peek(4); string(b) == "X\x00\x00\x00" {
+			return errClientGone{errTerminateBeforeStartup}
+		}
+		return protocolViolation("invalid length of startup packet")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errClientGone{fmt.Errorf("incomplete startup packet: %w", err)}
+	}
+	return errClientGone{err}
 }
 
 func padSecret(b []byte) []byte {
