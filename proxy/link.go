@@ -285,7 +285,9 @@ func (ss *session) serverToClient(l *link) error {
 			}
 		}
 		deferFatal := false
-		if unsolicited := !drop && l.batches == l.rfqs && !(l == ss.cur && ss.tx != 'I'); unsolicited &&
+		// Solicited: answers to a Sync or Query still owed, or to messages
+		// of a batch the client ended with Flush alone (unsynced).
+		if unsolicited := !drop && l.batches == l.rfqs && !(l == ss.cur && (ss.tx != 'I' || ss.unsynced)); unsolicited &&
 			(l.replica || h.Type == 'E' && ss.pinned == "" && ss.freshnessOn()) {
 			switch {
 			case !l.replica && !ss.txPool && ss.pending == 0 && !ss.unsynced:

@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -188,4 +191,125 @@ func ctxWithin(ctx context.Context, d time.Duration) context.Context {
 	c, cancel := context.WithTimeout(ctx, d)
 	time.AfterFunc(d, cancel)
 	return c
+}
+
+// rawConn is a client connection after login, driven message by message.
+type rawConn struct {
+	t  *testing.T
+	fe *pgproto3.Frontend
+	nc net.Conn
+}
+
+func rawConnect(t *testing.T, ctx context.Context, dsn string) *rawConn {
+	t.Helper()
+	pc, err := pgconn.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hc.Conn.Close() })
+	return &rawConn{t: t, fe: hc.Frontend, nc: hc.Conn}
+}
+
+// send writes messages and flushes them.
+func (rc *rawConn) send(msgs ...pgproto3.FrontendMessage) {
+	rc.t.Helper()
+	for _, m := range msgs {
+		rc.fe.Send(m)
+	}
+	if err := rc.fe.Flush(); err != nil {
+		rc.t.Fatal(err)
+	}
+}
+
+// expect reads backend messages until n have arrived (asynchronous
+// ParameterStatus and notices aside) and returns their types, with
+// DataRow values, as one string.
+func (rc *rawConn) expect(n int) string {
+	rc.t.Helper()
+	rc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer rc.nc.SetReadDeadline(time.Time{})
+	var out []string
+	for len(out) < n {
+		m, err := rc.fe.Receive()
+		if err != nil {
+			rc.t.Fatalf("after %q: %v (the proxy did not answer)", out, err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
+		case *pgproto3.DataRow:
+			out = append(out, "D:"+string(m.Values[0]))
+		case *pgproto3.CommandComplete:
+			out = append(out, "C:"+string(m.CommandTag))
+		case *pgproto3.ErrorResponse:
+			out = append(out, "E:"+m.Code)
+		case *pgproto3.ReadyForQuery:
+			out = append(out, "Z:"+string(m.TxStatus))
+		default:
+			out = append(out, fmt.Sprintf("%T", m)[len("*pgproto3."):])
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+func (rc *rawConn) want(n int, want string) {
+	rc.t.Helper()
+	if got := rc.expect(n); got != want {
+		rc.t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+// TestFlushTerminatedBatches: an extended batch ended by Flush alone (a
+// row-limited Execute answered by PortalSuspended, a cursor fetched in
+// steps) is answered at the Flush, as by PostgreSQL, with routing on.
+// Before the fix the client waited for ever.
+func TestFlushTerminatedBatches(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 120*time.Second)
+	t.Run("RoutingOff", func(t *testing.T) { flushTerminated(t, ctx, kinetictest.Start(t, cl, kinetictest.Params{})) })
+	t.Run("Routed", func(t *testing.T) { flushTerminated(t, ctx, routedProxy(t, cl, kinetictest.Params{})) })
+}
+
+func flushTerminated(t *testing.T, ctx context.Context, px *kinetictest.Proxy) {
+	t.Run("PortalSuspended", func(t *testing.T) {
+		rc := rawConnect(t, ctx, px.AppDSN())
+		for i := 0; i < 3; i++ {
+			rc.send(&pgproto3.Parse{Name: "s", Query: "select g::text from generate_series(1, 5) g"},
+				&pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "s"},
+				&pgproto3.Execute{Portal: "p", MaxRows: 2}, &pgproto3.Flush{})
+			rc.want(5, "ParseComplete BindComplete D:1 D:2 PortalSuspended")
+			rc.send(&pgproto3.Execute{Portal: "p", MaxRows: 2}, &pgproto3.Flush{})
+			rc.want(3, "D:3 D:4 PortalSuspended")
+			rc.send(&pgproto3.Execute{Portal: "p"}, &pgproto3.Close{ObjectType: 'S', Name: "s"}, &pgproto3.Sync{})
+			rc.want(4, "D:5 C:SELECT 1 CloseComplete Z:I")
+		}
+	})
+	t.Run("CursorInTransaction", func(t *testing.T) {
+		rc := rawConnect(t, ctx, px.AppDSN())
+		rc.send(&pgproto3.Query{String: "begin"})
+		rc.want(2, "C:BEGIN Z:T")
+		rc.send(&pgproto3.Parse{Query: "select g::text from generate_series(1, 4) g"},
+			&pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{MaxRows: 3}, &pgproto3.Flush{})
+		rc.want(5, "ParseComplete BindComplete RowDescription D:1 D:2")
+		rc.want(2, "D:3 PortalSuspended")
+		rc.send(&pgproto3.Execute{MaxRows: 3}, &pgproto3.Sync{})
+		rc.want(3, "D:4 C:SELECT 1 Z:T")
+		rc.send(&pgproto3.Query{String: "commit"})
+		rc.want(2, "C:COMMIT Z:I")
+	})
+	t.Run("FlushThenNewUnit", func(t *testing.T) {
+		// A Flush-ended batch, then a separate Sync-ended read.
+		rc := rawConnect(t, ctx, px.AppDSN())
+		for i := 0; i < 5; i++ {
+			rc.send(&pgproto3.Parse{Query: "select 'a'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Flush{})
+			rc.want(4, "ParseComplete BindComplete D:a C:SELECT 1")
+			rc.send(&pgproto3.Sync{})
+			rc.want(1, "Z:I")
+			rc.send(&pgproto3.Parse{Query: "select 'b'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+			rc.want(5, "ParseComplete BindComplete D:b C:SELECT 1 Z:I")
+		}
+	})
 }
