@@ -325,6 +325,9 @@ func (ss *session) write(l *link, b *batch) error {
 // buffer is write without the flush, so what follows the unit (a WAL
 // position query) leaves in the same syscall.
 func (ss *session) buffer(l *link, b *batch) error {
+	if err := ss.injectStatements(l, b); err != nil {
+		return errServerGone
+	}
 	for _, m := range b.msgs {
 		body := b.body(m)
 		if err := ss.trackFrontend(l, m.typ, body); err != nil {

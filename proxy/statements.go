@@ -136,6 +136,75 @@ func (ss *session) ensureStatement(l *link, name string) error {
 	return nil
 }
 
+// injectStatements prepares on l, ahead of every message of b, the
+// statements that b's Binds and Describes use but that l does not hold as
+// the client prepared them (it prepared them on another server, or l
+// dropped them), and closes what a Parse of b needs out of the way. All
+// injected messages precede the client's, so their answers are the first
+// of their kinds in the batch's response stream, where the reader drops
+// them; one injected among the client's messages would take the place of
+// the client's own ParseComplete (pipelines got their answers out of
+// step).
+func (ss *session) injectStatements(l *link, b *batch) error {
+	var seen map[string]bool // statement names b itself Parses or Closes, in order
+	for _, m := range b.msgs {
+		body := b.body(m)
+		var name string
+		switch m.typ {
+		case 'P':
+			n, _, err := parseNames(body)
+			if err != nil {
+				continue
+			}
+			if !seen[n] && n != "" {
+				if _, known := ss.stmts[n]; !known {
+					if _, stale := l.st.prepared[n]; stale {
+						// Left on this server after the client closed it
+						// elsewhere: make room for the client's new one.
+						if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: n}, '3'); err != nil {
+							return err
+						}
+						delete(l.st.prepared, n)
+					}
+				}
+			}
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			seen[n] = true
+			continue
+		case 'C':
+			if kind, n, err := describeTarget(body); err == nil && kind == 'S' {
+				if seen == nil {
+					seen = map[string]bool{}
+				}
+				seen[n] = true
+			}
+			continue
+		case 'B':
+			n, err := bindStatement(body)
+			if err != nil {
+				continue
+			}
+			name = n
+		case 'D':
+			kind, n, err := describeTarget(body)
+			if err != nil || kind != 'S' {
+				continue
+			}
+			name = n
+		default:
+			continue
+		}
+		if !seen[name] {
+			if err := ss.ensureStatement(l, name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // trackFrontend updates the session's statement bookkeeping for a client
 // message about to be written to l, injecting what l needs first.
 func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {

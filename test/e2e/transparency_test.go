@@ -214,6 +214,13 @@ func rawConnect(t *testing.T, ctx context.Context, dsn string) *rawConn {
 	return &rawConn{t: t, fe: hc.Frontend, nc: hc.Conn}
 }
 
+// close ends the session as a client does.
+func (rc *rawConn) close() {
+	rc.fe.Send(&pgproto3.Terminate{})
+	rc.fe.Flush()
+	rc.nc.Close()
+}
+
 // send writes messages and flushes them.
 func (rc *rawConn) send(msgs ...pgproto3.FrontendMessage) {
 	rc.t.Helper()
@@ -312,4 +319,33 @@ func flushTerminated(t *testing.T, ctx context.Context, px *kinetictest.Proxy) {
 			rc.want(5, "ParseComplete BindComplete D:b C:SELECT 1 Z:I")
 		}
 	})
+}
+
+// TestPipelineWithStatementPreparedElsewhere: pgx's
+// TestPipelineQueryStatementCursorFetch. A statement prepared while reads
+// went to a replica is Bound inside a pipeline that runs on the primary
+// after other messages of the same batch; the proxy's re-Parse of it must
+// not take the place of the client's own ParseComplete. Before the fix the
+// client's answers were out of step (a BindComplete where ParseComplete
+// was due).
+func TestPipelineWithStatementPreparedElsewhere(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 60*time.Second)
+	for i := 0; i < 5; i++ {
+		rc := rawConnect(t, ctx, px.AppDSN())
+		rc.send(&pgproto3.Parse{Name: "ps_fetch", Query: `fetch all in "pc"`},
+			&pgproto3.Describe{ObjectType: 'S', Name: "ps_fetch"}, &pgproto3.Sync{})
+		rc.want(4, "ParseComplete ParameterDescription NoData Z:I")
+		rc.send(&pgproto3.Query{String: "begin"})
+		rc.want(2, "C:BEGIN Z:T")
+		rc.send(&pgproto3.Parse{Query: `declare "pc" cursor for select n::text from generate_series(1, 3) n`},
+			&pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "ps_fetch"}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+			&pgproto3.Sync{})
+		rc.want(11, "ParseComplete BindComplete NoData C:DECLARE CURSOR BindComplete RowDescription D:1 D:2 D:3 C:FETCH 3 Z:T")
+		rc.send(&pgproto3.Query{String: "rollback"})
+		rc.want(2, "C:ROLLBACK Z:I")
+		rc.close()
+	}
 }
