@@ -29,8 +29,12 @@ func newChecksEnabled() bool { return os.Getenv("KINETIC_COMPAT_NEW") == "1" }
 // where the packet belongs (read as an invalid length, logged only); in
 // authentication (auth.c, auth-sasl.c) it says nothing on EOF before a
 // message and answers a Terminate with FATAL 08P01.
+//
+// The cluster is its own: the shared one may have TLS turned on by
+// TestBackendTLS, and then PostgreSQL accepts the SSLRequest that kineticd
+// (tls_mode = "disable") declines.
 func TestStartupCloseLikePostgres(t *testing.T) {
-	cl := pgtest.Shared(t)
+	cl := pgtest.New(t, pgtest.Options{Standbys: -1})
 	px := kinetictest.Start(t, cl, kinetictest.Params{})
 	terminate := []byte{'X', 0, 0, 0, 4}
 	ssl := []byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}
