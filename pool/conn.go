@@ -2,12 +2,8 @@ package pool
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
-	"errors"
-	"fmt"
 	"net"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -20,9 +16,9 @@ import (
 // many DataRows per syscall without making idle connections expensive.
 const bufSize = 32 << 10
 
-// Conn is one authenticated server connection, taken over from pgconn after
-// the startup handshake. Reads and writes go through R and W; the caller that
-// holds the Conn owns them.
+// Conn is one authenticated server connection, logged in by Dial
+// (login.go). Reads and writes go through R and W; the caller that holds
+// the Conn owns them.
 type Conn struct {
 	Addr string
 	// PID and SecretKey identify the server process, for CancelRequest.
@@ -67,91 +63,9 @@ type Credentials struct {
 }
 
 // ServerError is an error reported by the PostgreSQL server during connect
-// (wrong backend password, missing database, too many connections...). The
-// proxy forwards it to the client as is.
+// (wrong backend password, missing database, too many connections...),
+// decoded from its ErrorResponse. The proxy forwards it to the client as is.
 type ServerError = pgconn.PgError
-
-// Dial connects to addr and completes the PostgreSQL startup handshake.
-func (d Dialer) Dial(ctx context.Context, addr string, cred Credentials) (*Conn, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("server address %q: %w", addr, err)
-	}
-	sslmode := d.TLSMode
-	if sslmode == "" {
-		sslmode = "disable"
-	}
-	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return nil, fmt.Errorf("server address %q: bad port", addr)
-	}
-	// Host and port go into the connection string so that pgconn derives
-	// its TLS attempts (require: TLS only; prefer: TLS, then plaintext)
-	// for this TCP address. sslmode=require/prefer encrypt without
-	// verifying the server certificate, like libpq.
-	connString := fmt.Sprintf("host='%s' port=%s sslmode=%s", host, port, sslmode)
-	cfg, err := pgconn.ParseConfigWithOptions(connString, pgconn.ParseConfigOptions{})
-	if err != nil {
-		return nil, err
-	}
-	// Environment variables (PGAPPNAME, PGOPTIONS, ...) must not leak into
-	// server sessions: the client's own startup parameters are applied later.
-	cfg.RuntimeParams = map[string]string{}
-	for k, v := range cred.Params {
-		cfg.RuntimeParams[k] = v
-	}
-	cfg.User, cfg.Password, cfg.Database = cred.User, cred.Password, cred.Database
-	// The socket under pgconn (and under TLS when there is TLS) does its
-	// reads and writes with rawsock: see that package for why.
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return rawsock.Wrap(c), nil
-	}
-	if d.ConnectTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d.ConnectTimeout)
-		defer cancel()
-	}
-	pc, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, unwrapServerError(err)
-	}
-	if err := pc.SyncConn(ctx); err != nil {
-		pc.Close(context.Background())
-		return nil, err
-	}
-	hc, err := pc.Hijack()
-	if err != nil {
-		pc.Close(context.Background())
-		return nil, err
-	}
-	params := make(map[string]string, len(hc.ParameterStatuses))
-	for k, v := range hc.ParameterStatuses {
-		params[k] = v
-	}
-	return &Conn{
-		Addr:      addr,
-		PID:       hc.PID,
-		SecretKey: hc.SecretKey,
-		Params:    params,
-		R:         bufio.NewReaderSize(hc.Conn, bufSize),
-		W:         bufio.NewWriterSize(hc.Conn, bufSize),
-		raw:       hc.Conn,
-	}, nil
-}
-
-// unwrapServerError returns the server's own *pgconn.PgError when connect
-// failed because the server said no, so the proxy can forward it verbatim.
-func unwrapServerError(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr
-	}
-	return err
-}
 
 // SetDeadline sets the read and write deadline of the underlying socket.
 func (c *Conn) SetDeadline(t time.Time) error { return c.raw.SetDeadline(t) }

@@ -1,6 +1,8 @@
 // Package pool owns kineticd's server connections: it dials PostgreSQL
-// servers with pgconn (TLS, SCRAM and md5 handled there), takes the raw
-// connection over, and keeps idle ones per (server address, user, database).
+// servers and logs in itself (TLS per backend_tls_mode; SCRAM with
+// PostgreSQL's own SASLprep, md5 and cleartext with the raw password; see
+// login.go for why not pgconn), and keeps idle ones per (server address,
+// user, database).
 //
 // Contract:
 //   - A Pool hands out at most Size connections at once. Acquire blocks until
