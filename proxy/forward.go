@@ -52,6 +52,9 @@ type classified struct {
 type batch struct {
 	buf  []byte
 	msgs []batchMsg
+	// limit, when not 0, is how many of msgs are written: the unit is
+	// routed by all of them, and the rest follow later (localext.go).
+	limit int
 }
 
 type batchMsg struct {
@@ -82,6 +85,7 @@ func (b *batch) body(m batchMsg) []byte { return b.buf[m.start:m.end] }
 func (b *batch) reset() {
 	b.buf = b.buf[:0]
 	b.msgs = b.msgs[:0]
+	b.limit = 0
 }
 
 // serve relays the session until the client leaves, a server connection it
@@ -167,6 +171,28 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			if l == nil {
 				l = ss.curLink()
 			}
+			if ss.stream != nil && isLocalCandidate(h) {
+				// A message of an open unit the proxy may answer itself.
+				var one batch
+				if err := one.read(ss.r, h); err != nil {
+					return false, errClientGone{err}
+				}
+				if plan := ss.localPlan(&one); plan != nil {
+					open, skipRest, err := ss.runWithLocal(&one, plan, l)
+					if err != nil {
+						return false, err
+					}
+					ss.stream, skip = open, skipRest
+					continue
+				}
+				if err := ss.write(l, &one); err != nil {
+					return false, err
+				}
+				if err := ss.endStream(l, h.Type); err != nil {
+					return false, err
+				}
+				continue
+			}
 			if err := ss.forwardStreamed(l, h); err != nil {
 				return false, err
 			}
@@ -197,6 +223,19 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			return false, errClientGone{err}
 		}
 		switch h.Type {
+		case 'S', 'H':
+			if plan := ss.localPlan(&b); plan != nil {
+				// SHOW/SET/RESET pg_kinetic.* in the extended protocol.
+				open, skipRest, err := ss.runWithLocal(&b, plan, nil)
+				b.reset()
+				if err != nil {
+					return true, err
+				}
+				ss.stream, skip = open, skipRest
+				continue
+			}
+		}
+		switch h.Type {
 		case 'S', 'Q', 'F', 'H':
 			open := h.Type == 'H'
 			l, err := ss.routeBatch(&b, open, false)
@@ -212,6 +251,17 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			}
 		}
 	}
+}
+
+// isLocalCandidate reports whether a message of an open unit may be one
+// the proxy answers (localext.go): a small Parse, Bind, Describe, Execute
+// or Close.
+func isLocalCandidate(h wire.Header) bool {
+	switch h.Type {
+	case 'P', 'B', 'D', 'E', 'C':
+		return h.Len <= wire.MaxSmallBodyLen
+	}
+	return false
 }
 
 // endStream closes an open unit (one routed at a Flush, or oversized) when
@@ -328,7 +378,11 @@ func (ss *session) buffer(l *link, b *batch) error {
 	if err := ss.injectStatements(l, b); err != nil {
 		return errServerGone
 	}
-	for _, m := range b.msgs {
+	msgs := b.msgs
+	if b.limit > 0 {
+		msgs = msgs[:b.limit]
+	}
+	for _, m := range msgs {
 		body := b.body(m)
 		if err := ss.trackFrontend(l, m.typ, body); err != nil {
 			return errServerGone

@@ -54,6 +54,10 @@ type link struct {
 	released bool
 	stopping bool
 
+	// barrier is the state of the barrier the session goroutine waits
+	// for (barrierNone, …; localext.go).
+	barrier int
+
 	captured []byte // the DataRow of a WAL position query in progress (reader-owned)
 	held     []byte // messages held back for a retryable read (reader-owned)
 
@@ -97,7 +101,12 @@ func (st *serverState) forgetStatements() {
 
 // expect is one injected response to drop.
 type expect struct {
-	kind  byte   // '1' ParseComplete, '3' CloseComplete, 'Z' everything up to and including ReadyForQuery
+	// kind: '1' ParseComplete, '3' CloseComplete, 'E' ErrorResponse, 'Z'
+	// everything up to and including ReadyForQuery, 'b' a barrier's
+	// CloseComplete (localext.go), after skip CloseCompletes of the
+	// client's own.
+	kind  byte
+	skip  int
 	batch uint64 // the batch (rfqs count) it belongs to
 	// capture, for a 'Z' expectation, names a WAL position query whose
 	// row the proxy keeps (fresh.go): captureWrite, captureRead or
@@ -206,6 +215,9 @@ func (ss *session) forgetSwallowLocked(l *link, n int) {
 		return
 	}
 	for _, e := range l.swallow[:n] {
+		if e.kind == 'b' {
+			l.barrier = barrierFailed
+		}
 		if e.capture != 0 {
 			ss.captures--
 		}
@@ -263,6 +275,23 @@ func (ss *session) serverToClient(l *link) error {
 		ss.forgetSwallowLocked(l, stale)
 		if len(l.swallow) > 0 && l.swallow[0].batch == l.rfqs {
 			switch e := l.swallow[0]; {
+			case e.kind == 'b' && h.Type == '3' && e.skip > 0:
+				l.swallow[0].skip-- // the client's own Close answered
+			case e.kind == 'b' && h.Type == '3':
+				drop = true
+				l.swallow = l.swallow[1:]
+				l.barrier = barrierPassed
+				ss.cond.Broadcast()
+			case e.kind == 'b' && h.Type == 'E':
+				// The batch failed before the barrier: the server skips
+				// to Sync, the barrier is never answered. The client
+				// gets the error.
+				n := 0
+				for n < len(l.swallow) && l.swallow[n].batch == l.rfqs {
+					n++
+				}
+				ss.forgetSwallowLocked(l, n)
+			case e.kind == 'b':
 			case e.kind == 'Z' && (h.Type == 'A' || e.capture != 0 && (h.Type == 'N' || h.Type == 'S')):
 				// Asynchronous: a notification, or a notice or parameter
 				// change arriving during a WAL position query (which has

@@ -45,47 +45,25 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 		return false, nil
 	}
 	d := ds[0]
-	if isShow(d.text, "pg_kinetic.last_route") {
+	if name, ok := kineticShowName(d.text); ok {
 		ss.waitIdle()
-		ss.mu.Lock()
-		route := ss.lastRouteText()
-		ss.mu.Unlock()
-		if route == "" {
-			route = "target= reason= lag_ms="
+		value, e := ss.kineticShow(name)
+		if e != nil {
+			return true, ss.failUnit(e, false)
 		}
-		return true, ss.sendRows("pg_kinetic.last_route", route, "SHOW")
-	}
-	if isShow(d.text, "pg_kinetic.query_class") {
-		ss.waitIdle()
-		return true, ss.sendRows("pg_kinetic.query_class", ss.queryClass, "SHOW")
-	}
-	if isShow(d.text, "pg_kinetic.write_lsn") || isShow(d.text, "pg_kinetic.min_lsn") {
-		ss.waitIdle()
-		if !ss.waitCaptures() && isShow(d.text, "pg_kinetic.write_lsn") {
-			// An older token would not cover the session's last write.
-			return true, ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
-				Code: codeObjectNotInPrerequisiteState, Message: "pg-kinetic: the session's write position is not known yet",
-				Hint: "Try again."}, false)
-		}
-		ss.mu.Lock()
-		t := ss.token
-		name := "pg_kinetic.write_lsn"
-		if isShow(d.text, "pg_kinetic.min_lsn") {
-			t, name = ss.minLSN, "pg_kinetic.min_lsn"
-		}
-		ss.mu.Unlock()
-		v := ""
-		if !t.IsZero() {
-			v = t.String()
-		}
-		return true, ss.sendRows(name, v, "SHOW")
+		return true, ss.sendRows(name, value, "SHOW")
 	}
 	if len(d.Statements) != 1 {
 		return false, nil
 	}
 	st := d.Statements[0]
 	if st.Effect == classify.EffectSet && strings.HasPrefix(strings.ToLower(st.Setting.Name), "pg_kinetic.") {
-		return true, ss.setKinetic(st.Setting)
+		ss.waitIdle()
+		tag, e := ss.kineticSet(st.Setting)
+		if e != nil {
+			return true, ss.failUnit(e, false)
+		}
+		return true, ss.sendTag(tag, ss.txStatus())
 	}
 	ss.mu.Lock()
 	canDefer := ss.tx == 'I' && ss.pinned == "" && ss.routingMode() != config.RoutingOff
@@ -204,13 +182,59 @@ func firstWord(s string) string {
 	return strings.TrimRight(f[0], ";")
 }
 
-// setKinetic answers SET/RESET of a pg_kinetic.* session variable; they
-// are the proxy's and never reach a server (SPEC §4).
-func (ss *session) setKinetic(set classify.Setting) error {
-	ss.waitIdle()
+// kineticShowNames are the pg_kinetic.* session variables SHOW answers.
+var kineticShowNames = []string{"pg_kinetic.last_route", "pg_kinetic.query_class", "pg_kinetic.write_lsn", "pg_kinetic.min_lsn"}
+
+// kineticShowName reports which pg_kinetic.* variable text SHOWs, if any.
+func kineticShowName(text string) (string, bool) {
+	for _, n := range kineticShowNames {
+		if isShow(text, n) {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// kineticShow is the value SHOW name answers, in either protocol, after
+// every answer the client is owed has been relayed (the caller waits).
+func (ss *session) kineticShow(name string) (string, *pgproto3.ErrorResponse) {
+	switch name {
+	case "pg_kinetic.last_route":
+		ss.mu.Lock()
+		route := ss.lastRouteText()
+		ss.mu.Unlock()
+		if route == "" {
+			route = "target= reason= lag_ms="
+		}
+		return route, nil
+	case "pg_kinetic.query_class":
+		return ss.queryClass, nil
+	}
+	if !ss.waitCaptures() && name == "pg_kinetic.write_lsn" {
+		// An older token would not cover the session's last write.
+		return "", &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
+			Code: codeObjectNotInPrerequisiteState, Message: "pg-kinetic: the session's write position is not known yet",
+			Hint: "Try again."}
+	}
+	ss.mu.Lock()
+	t := ss.token
+	if name == "pg_kinetic.min_lsn" {
+		t = ss.minLSN
+	}
+	ss.mu.Unlock()
+	if t.IsZero() {
+		return "", nil
+	}
+	return t.String(), nil
+}
+
+// kineticSet applies SET/RESET of a pg_kinetic.* session variable, in
+// either protocol, and returns its command tag; they are the proxy's and
+// never reach a server (SPEC §4).
+func (ss *session) kineticSet(set classify.Setting) (string, *pgproto3.ErrorResponse) {
 	name := strings.ToLower(set.Name)
-	fail := func(code, msg string) error {
-		return ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code, Message: msg}, false)
+	fail := func(code, msg string) (string, *pgproto3.ErrorResponse) {
+		return "", &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code, Message: msg}
 	}
 	switch name {
 	case "pg_kinetic.min_lsn":
@@ -238,9 +262,8 @@ func (ss *session) setKinetic(set classify.Setting) error {
 	default:
 		return fail(codeUndefinedObject, fmt.Sprintf("unrecognized configuration parameter %q", set.Name))
 	}
-	tag := "SET"
 	if set.Reset {
-		tag = "RESET"
+		return "RESET", nil
 	}
-	return ss.sendTag(tag, ss.txStatus())
+	return "SET", nil
 }

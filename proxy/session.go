@@ -92,6 +92,8 @@ type session struct {
 	stmts       map[string]stmtInfo // protocol-level named statements the client prepared
 	unnamed     stmtInfo            // the client's unnamed statement
 	sqlPrepared map[string]sqlPrep  // SQL-level PREPARE name -> statement
+	kstmts      map[string]kcmd     // extended-protocol pg_kinetic.* statements the proxy answers (localext.go)
+	kportals    map[string]kportal  // and their portals
 	effects     []effect            // of the unit in progress, applied when it ends well
 
 	last       lastRoute        // SHOW pg_kinetic.last_route (under mu)

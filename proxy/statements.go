@@ -147,6 +147,8 @@ func (ss *session) ensureStatement(l *link, name string) error {
 // step).
 func (ss *session) injectStatements(l *link, b *batch) error {
 	var seen map[string]bool // statement names b itself Parses or Closes, in order
+	// With a limit (localext.go) the whole batch is prepared for now:
+	// its later messages follow without injections between them.
 	for _, m := range b.msgs {
 		body := b.body(m)
 		var name string
@@ -254,6 +256,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		// for the client too (a later Bind of it fails there as here).
 		l.st.unnamed = ""
 		ss.unnamed = stmtInfo{}
+		ss.forgetLocalOnQuery()
 	}
 	return nil
 }

@@ -349,3 +349,104 @@ func TestPipelineWithStatementPreparedElsewhere(t *testing.T) {
 		rc.close()
 	}
 }
+
+// TestKineticCommandsInExtendedProtocol: SHOW/SET/RESET pg_kinetic.* are
+// answered by the proxy through drivers' default extended protocol (pgx
+// caches a prepared statement, describes it, binds and executes it), with
+// the same results as in the simple protocol, and inside pipelines in
+// their place. Before the fix SHOW failed with 42704 from the server and
+// the server accepted SET pg_kinetic.min_lsn as a placeholder setting: the
+// token was silently ignored.
+func TestKineticCommandsInExtendedProtocol(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 60*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	if _, err := c.Exec(ctx, "create table if not exists kext (a int)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Primary.Exec(context.Background(), "drop table if exists kext") })
+	if _, err := c.Exec(ctx, "insert into kext values (1)"); err != nil {
+		t.Fatal(err)
+	}
+	show := func(mode pgx.QueryExecMode, name string) string {
+		t.Helper()
+		var v string
+		if err := c.QueryRow(ctx, "show "+name, mode).Scan(&v); err != nil {
+			t.Fatalf("show %s (%v): %v", name, mode, err)
+		}
+		return v
+	}
+	simple := show(pgx.QueryExecModeSimpleProtocol, "pg_kinetic.write_lsn")
+	if simple == "" {
+		t.Fatal("no write token after an insert")
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec} {
+		for i := 0; i < 3; i++ {
+			if got := show(mode, "pg_kinetic.write_lsn"); got != simple {
+				t.Fatalf("%v: write_lsn %q, simple protocol %q", mode, got, simple)
+			}
+		}
+		if _, err := c.Exec(ctx, "set pg_kinetic.min_lsn = '"+simple+"'", mode); err != nil {
+			t.Fatalf("%v: set min_lsn: %v", mode, err)
+		}
+		if got := show(mode, "pg_kinetic.min_lsn"); got != simple {
+			t.Fatalf("%v: min_lsn %q after SET, want %q", mode, got, simple)
+		}
+		if _, err := c.Exec(ctx, "reset pg_kinetic.min_lsn", mode); err != nil {
+			t.Fatalf("%v: reset: %v", mode, err)
+		}
+		if got := show(mode, "pg_kinetic.min_lsn"); got != "" {
+			t.Fatalf("%v: min_lsn %q after RESET", mode, got)
+		}
+		// A server would take any value of a placeholder setting.
+		_, err := c.Exec(ctx, "set pg_kinetic.min_lsn = 'garbage'", mode)
+		if pgCode(err) != "22023" {
+			t.Fatalf("%v: set min_lsn = 'garbage': %v, want 22023 from the proxy", mode, err)
+		}
+		if r := show(mode, "pg_kinetic.last_route"); !strings.HasPrefix(r, "target=") {
+			t.Fatalf("%v: last_route %q", mode, r)
+		}
+	}
+
+	t.Run("Pipeline", func(t *testing.T) {
+		rc := rawConnect(t, ctx, px.AppDSN())
+		defer rc.close()
+		rc.send(&pgproto3.Parse{Query: "insert into kext values (2)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Name: "s", Query: "show pg_kinetic.last_route"}, &pgproto3.Bind{PreparedStatement: "s"},
+			&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "select count(*)::text from kext where a = 2"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Sync{})
+		rc.want(13, "ParseComplete BindComplete C:INSERT 0 1 ParseComplete BindComplete RowDescription "+
+			"D:target=primary reason=write lag_ms=0 C:SHOW ParseComplete BindComplete D:1 C:SELECT 1 Z:I")
+		// The local statement stays prepared: Describe and run it again.
+		rc.send(&pgproto3.Describe{ObjectType: 'S', Name: "s"}, &pgproto3.Bind{PreparedStatement: "s"},
+			&pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "s"}, &pgproto3.Sync{})
+		rc.want(7, "ParameterDescription RowDescription BindComplete D:target=primary reason=write lag_ms=0 C:SHOW CloseComplete Z:I")
+	})
+	t.Run("LocalErrorFailsTheBatch", func(t *testing.T) {
+		// A proxy-answered statement that fails makes the server's part
+		// of the batch fail too: the insert before it rolls back, the
+		// statement after it is skipped, as with a server's own error.
+		rc := rawConnect(t, ctx, px.AppDSN())
+		defer rc.close()
+		rc.send(&pgproto3.Parse{Query: "insert into kext values (3)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "set pg_kinetic.min_lsn = 'garbage'"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "insert into kext values (3)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Sync{})
+		rc.want(7, "ParseComplete BindComplete C:INSERT 0 1 ParseComplete BindComplete E:22023 Z:I")
+		rc.send(&pgproto3.Query{String: "/* pg-kinetic: primary */ select count(*)::text from kext where a = 3"})
+		rc.want(4, "RowDescription D:0 C:SELECT 1 Z:I")
+	})
+	t.Run("FlushEnded", func(t *testing.T) {
+		rc := rawConnect(t, ctx, px.AppDSN())
+		defer rc.close()
+		rc.send(&pgproto3.Parse{Query: "show pg_kinetic.query_class"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Flush{})
+		rc.want(4, "ParseComplete BindComplete D: C:SHOW")
+		rc.send(&pgproto3.Parse{Query: "select 'x'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Flush{})
+		rc.want(4, "ParseComplete BindComplete D:x C:SELECT 1")
+		rc.send(&pgproto3.Parse{Query: "show pg_kinetic.query_class"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		rc.want(5, "ParseComplete BindComplete D: C:SHOW Z:I")
+	})
+}

@@ -1,0 +1,477 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pg-kinetic/pg-kinetic/classify"
+	"github.com/pg-kinetic/pg-kinetic/internal/wire"
+)
+
+// The extended protocol's SHOW/SET/RESET pg_kinetic.* (SPEC §4): the proxy
+// answers them as it does in the simple protocol, and never forwards them.
+// A Parse of such a command makes a local statement; a Bind of it a local
+// portal; Describe, Execute and Close of those are answered by the proxy
+// in their place in the response stream. A batch that mixes them with
+// server messages runs on one server, as a unit does; before answering a
+// local message the proxy waits until the server has answered every
+// message before it (a barrier), and a local error makes the server skip
+// to Sync as its own error would.
+
+// kcmd is a pg_kinetic.* command held as a local statement.
+type kcmd struct {
+	show string          // the variable SHOW names, or ""
+	set  classify.Setting // for SET/RESET when show is ""
+}
+
+// kportal is a local statement bound to a portal.
+type kportal struct {
+	cmd     kcmd
+	textFmt bool // the result column's format is text (else binary)
+}
+
+// kineticCommand reports whether query is one SHOW/SET/RESET of a
+// pg_kinetic.* variable that the proxy answers.
+func (ss *session) kineticCommand(query string) (kcmd, bool) {
+	if !containsFold(query, "pg_kinetic") {
+		return kcmd{}, false
+	}
+	if name, ok := kineticShowName(query); ok {
+		return kcmd{show: name}, true
+	}
+	d := ss.classifier.Classify(query)
+	if len(d.Statements) == 1 && d.Statements[0].Effect == classify.EffectSet &&
+		strings.HasPrefix(strings.ToLower(d.Statements[0].Setting.Name), "pg_kinetic.") {
+		return kcmd{set: d.Statements[0].Setting}, true
+	}
+	return kcmd{}, false
+}
+
+// containsFold reports whether s contains the lower-case ASCII word w in
+// any case, without allocating.
+func containsFold(s, w string) bool {
+	for i := 0; i+len(w) <= len(s); i++ {
+		j := 0
+		for j < len(w) {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != w[j] {
+				break
+			}
+			j++
+		}
+		if j == len(w) {
+			return true
+		}
+	}
+	return false
+}
+
+// localPlan marks which messages of a batch the proxy answers itself,
+// following the names the batch defines in order. nil when there are none
+// (the common case costs one scan of the Parse texts).
+func (ss *session) localPlan(b *batch) []bool {
+	if len(ss.kstmts) == 0 && len(ss.kportals) == 0 {
+		any := false
+		for _, m := range b.msgs {
+			if m.typ == 'P' {
+				if _, q, err := parseNames(b.body(m)); err == nil && containsFold(q, "pg_kinetic") {
+					any = true
+					break
+				}
+			}
+		}
+		if !any {
+			return nil
+		}
+	}
+	stmts := map[string]bool{}
+	for n := range ss.kstmts {
+		stmts[n] = true
+	}
+	portals := map[string]bool{}
+	for n := range ss.kportals {
+		portals[n] = true
+	}
+	plan := make([]bool, len(b.msgs))
+	found := false
+	for i, m := range b.msgs {
+		body := b.body(m)
+		local := false
+		switch m.typ {
+		case 'P':
+			name, q, err := parseNames(body)
+			if err != nil {
+				break
+			}
+			if _, ok := ss.kineticCommand(q); ok {
+				local = true
+				stmts[name] = true
+			} else if name == "" {
+				delete(stmts, "")
+			} else {
+				local = stmts[name] // already exists: answered with 42P05
+			}
+		case 'B':
+			portal, rest, err := cstring(body)
+			if err != nil {
+				break
+			}
+			stmt, _, err := cstring(rest)
+			if err != nil {
+				break
+			}
+			if stmts[stmt] {
+				local = true
+				portals[portal] = true
+			} else if portal == "" {
+				delete(portals, "")
+			} else {
+				local = portals[portal] // already exists: 42P03
+			}
+		case 'D', 'C':
+			kind, name, err := describeTarget(body)
+			if err != nil {
+				break
+			}
+			if kind == 'S' {
+				local = stmts[name]
+			} else {
+				local = portals[name]
+			}
+			if local && m.typ == 'C' {
+				if kind == 'S' {
+					delete(stmts, name)
+				} else {
+					delete(portals, name)
+				}
+			}
+		case 'E':
+			portal, _, err := cstring(body)
+			local = err == nil && portals[portal]
+		}
+		plan[i] = local
+		found = found || local
+	}
+	if !found {
+		return nil
+	}
+	return plan
+}
+
+// runWithLocal runs a batch ended by Sync or Flush (its last message) some
+// of whose messages the proxy answers (plan). Server messages go to one
+// server, routed by all of them together; l is that server when the batch
+// continues an open unit (a stream), else nil. It returns the link left
+// open for the messages that follow a Flush, or nil; skip is true when
+// the client's messages up to its Sync are to be dropped (a local error in
+// an open batch, as the server skips them after an error).
+func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, skip bool, err error) {
+	term := b.msgs[len(b.msgs)-1].typ
+	end := len(b.msgs)
+	if term == 'S' || term == 'H' {
+		end--
+	} else {
+		term = 0 // a message of an open unit, more follow
+	}
+	// The server messages, for routing and writing in segments.
+	var srv batch
+	var srvIdx []int // index in b of each of srv's messages
+	for i := 0; i < end; i++ {
+		if !plan[i] {
+			m := b.msgs[i]
+			srv.add(m.typ, b.body(m))
+			srvIdx = append(srvIdx, i)
+		}
+	}
+	written := 0 // srv messages written to l
+	closes := 0  // client Closes written since the last barrier
+	failed := false
+	writeUpTo := func(i int) error {
+		// Writes the server messages before b's message i.
+		n := written
+		for n < len(srvIdx) && srvIdx[n] < i {
+			n++
+		}
+		if n == written {
+			return nil
+		}
+		var seg batch
+		for _, m := range srv.msgs[written:n] {
+			seg.add(m.typ, srv.body(m))
+			if m.typ == 'C' {
+				closes++
+			}
+		}
+		if l == nil {
+			// The unit's first server messages: route the unit by all of
+			// them, write these.
+			srv.limit = n
+			routed, err := ss.routeBatch(&srv, true, false)
+			srv.limit = 0
+			if err != nil {
+				return err
+			}
+			if routed == nil {
+				failed = true // answered with an error: skip to Sync
+				return nil
+			}
+			l = routed
+			ss.stream = l
+		} else if err := ss.write(l, &seg); err != nil {
+			return err
+		}
+		written = n
+		return nil
+	}
+
+	for i := 0; i < end && !failed; i++ {
+		if !plan[i] {
+			continue
+		}
+		if err := writeUpTo(i); err != nil {
+			return nil, false, err
+		}
+		if failed {
+			break
+		}
+		if l != nil && written > 0 {
+			ok, err := ss.barrier(l, closes)
+			closes = 0
+			if err != nil {
+				return nil, false, err
+			}
+			if !ok {
+				failed = true // the server failed the batch: it skips to Sync
+				break
+			}
+		} else {
+			ss.waitIdle()
+		}
+		if e := ss.answerLocal(b.msgs[i].typ, b.body(b.msgs[i])); e != nil {
+			ss.mu.Lock()
+			ss.unitErr = true
+			if ss.tx == 'T' && l == nil {
+				ss.tx = 'E'
+			}
+			ss.mu.Unlock()
+			if err := ss.send(e); err != nil {
+				return nil, false, errClientGone{err}
+			}
+			if l != nil {
+				// The server's part of the batch fails with it: its
+				// implicit transaction rolls back, the rest is skipped.
+				if err := ss.inject(l, &pgproto3.Parse{Query: "pg_kinetic: a proxy-answered statement failed"}, 'E'); err != nil {
+					return nil, false, errServerGone
+				}
+			}
+			failed = true
+		}
+	}
+	if !failed {
+		if err := writeUpTo(end); err != nil {
+			return nil, false, err
+		}
+	}
+
+	switch {
+	case term == 'S' && l != nil:
+		var sync batch
+		sync.add('S', nil)
+		if err := ss.write(l, &sync); err != nil {
+			return nil, false, err
+		}
+		return nil, false, ss.endStream(l, 'S')
+	case term == 'S':
+		ss.waitIdle()
+		ss.clearLocalPortals()
+		if err := ss.send(&pgproto3.ReadyForQuery{TxStatus: ss.txStatus()}); err != nil {
+			return nil, false, errClientGone{err}
+		}
+		return nil, false, nil
+	case term == 0:
+		return l, failed, nil
+	case l != nil: // Flush: the unit stays open on l
+		if !failed {
+			var flush batch
+			flush.add('H', nil)
+			if err := ss.write(l, &flush); err != nil {
+				return nil, false, err
+			}
+		}
+		return l, false, nil
+	default: // Flush with no server: what was answered is already flushed
+		return nil, failed, nil
+	}
+}
+
+// clearLocalPortals drops the local portals at the end of a transaction,
+// as the server drops its own.
+func (ss *session) clearLocalPortals() {
+	if ss.txStatus() == 'I' {
+		clear(ss.kportals)
+	}
+}
+
+// barrier waits until l has answered every message written before it in
+// the current batch: it writes a Close of a portal nobody has (answered by
+// CloseComplete, never an error) and a Flush. skip is the number of the
+// client's own Closes in flight before it, whose CloseCompletes pass. ok is
+// false when the server failed the batch first (it then skips to Sync).
+func (ss *session) barrier(l *link, skip int) (ok bool, err error) {
+	buf, _ := (&pgproto3.Close{ObjectType: 'P', Name: "pg_kinetic barrier"}).Encode(nil)
+	buf, _ = (&pgproto3.Flush{}).Encode(buf)
+	ss.mu.Lock()
+	if l.dead {
+		ss.mu.Unlock()
+		return false, errServerGone
+	}
+	l.swallow = append(l.swallow, expect{kind: 'b', batch: l.batches, skip: skip})
+	l.barrier = barrierPending
+	if l.parked {
+		ss.cond.Broadcast()
+	}
+	ss.mu.Unlock()
+	if _, err := l.conn.W.Write(buf); err != nil {
+		return false, errServerGone
+	}
+	if err := l.conn.W.Flush(); err != nil {
+		return false, errServerGone
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for l.barrier == barrierPending && !l.dead && !ss.killed {
+		ss.cond.Wait()
+	}
+	if l.barrier == barrierPending {
+		return false, errServerGone
+	}
+	return l.barrier == barrierPassed, nil
+}
+
+// Barrier states of a link (link.barrier).
+const (
+	barrierNone = iota
+	barrierPending
+	barrierPassed
+	barrierFailed
+)
+
+// answerLocal answers one local message of the extended protocol and
+// returns the error it fails with, if any.
+func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
+	if ss.kstmts == nil {
+		ss.kstmts, ss.kportals = map[string]kcmd{}, map[string]kportal{}
+	}
+	protoErr := func(code, format string, args ...any) *pgproto3.ErrorResponse {
+		return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code, Message: fmt.Sprintf(format, args...)}
+	}
+	send := func(msgs ...wire.Encoder) *pgproto3.ErrorResponse {
+		if err := ss.send(msgs...); err != nil {
+			ss.conn.Close() // the session goroutine sees it at its next read
+		}
+		return nil
+	}
+	switch typ {
+	case 'P':
+		var p pgproto3.Parse
+		if err := p.Decode(body); err != nil {
+			return protoErr(codeProtocolViolation, "invalid Parse message")
+		}
+		cmd, ok := ss.kineticCommand(p.Query)
+		if !ok {
+			return protoErr("42P05", "prepared statement %q already exists", p.Name)
+		}
+		if _, exists := ss.kstmts[p.Name]; exists && p.Name != "" {
+			return protoErr("42P05", "prepared statement %q already exists", p.Name)
+		}
+		if _, exists := ss.stmts[p.Name]; exists && p.Name != "" {
+			return protoErr("42P05", "prepared statement %q already exists", p.Name)
+		}
+		if len(p.ParameterOIDs) > 0 {
+			return protoErr("42P02", "there is no parameter $1")
+		}
+		if p.Name == "" {
+			ss.unnamed = stmtInfo{} // replaced on the client's side too
+		}
+		ss.kstmts[p.Name] = cmd
+		return send(&pgproto3.ParseComplete{})
+	case 'B':
+		var bd pgproto3.Bind
+		if err := bd.Decode(body); err != nil {
+			return protoErr(codeProtocolViolation, "invalid Bind message")
+		}
+		cmd := ss.kstmts[bd.PreparedStatement]
+		if _, exists := ss.kportals[bd.DestinationPortal]; exists && bd.DestinationPortal != "" {
+			return protoErr("42P03", "portal %q already exists", bd.DestinationPortal)
+		}
+		if len(bd.Parameters) > 0 {
+			return protoErr(codeProtocolViolation, "bind message supplies %d parameters, but prepared statement %q requires 0",
+				len(bd.Parameters), bd.PreparedStatement)
+		}
+		text := true
+		if len(bd.ResultFormatCodes) > 0 {
+			text = bd.ResultFormatCodes[0] == 0
+		}
+		ss.kportals[bd.DestinationPortal] = kportal{cmd: cmd, textFmt: text}
+		return send(&pgproto3.BindComplete{})
+	case 'D':
+		kind, name, _ := describeTarget(body)
+		if kind == 'S' {
+			cmd := ss.kstmts[name]
+			if cmd.show == "" {
+				return send(&pgproto3.ParameterDescription{}, &pgproto3.NoData{})
+			}
+			return send(&pgproto3.ParameterDescription{}, rowDescription(cmd.show, true))
+		}
+		p := ss.kportals[name]
+		if p.cmd.show == "" {
+			return send(&pgproto3.NoData{})
+		}
+		return send(rowDescription(p.cmd.show, p.textFmt))
+	case 'E':
+		portal, _, _ := cstring(body)
+		p := ss.kportals[portal]
+		if p.cmd.show != "" {
+			value, e := ss.kineticShow(p.cmd.show)
+			if e != nil {
+				return e
+			}
+			return send(&pgproto3.DataRow{Values: [][]byte{[]byte(value)}}, &pgproto3.CommandComplete{CommandTag: []byte("SHOW")})
+		}
+		tag, e := ss.kineticSet(p.cmd.set)
+		if e != nil {
+			return e
+		}
+		return send(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
+	case 'C':
+		kind, name, _ := describeTarget(body)
+		if kind == 'S' {
+			delete(ss.kstmts, name)
+		} else {
+			delete(ss.kportals, name)
+		}
+		return send(&pgproto3.CloseComplete{})
+	}
+	return protoErr(codeProtocolViolation, "unexpected message type %q", typ)
+}
+
+// rowDescription describes SHOW's one text column.
+func rowDescription(column string, text bool) *pgproto3.RowDescription {
+	f := pgproto3.FieldDescription{Name: []byte(column), DataTypeOID: 25, DataTypeSize: -1, TypeModifier: -1}
+	if !text {
+		f.Format = 1 // text's binary form is its bytes
+	}
+	return &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{f}}
+}
+
+// forgetLocalOnQuery: a simple Query destroys the unnamed statement and
+// portal, local ones too.
+func (ss *session) forgetLocalOnQuery() {
+	delete(ss.kstmts, "")
+	delete(ss.kportals, "")
+}
