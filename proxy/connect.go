@@ -140,6 +140,22 @@ func proxyPID() uint32 {
 // acquire gets a server connection to addr for this session's user and
 // route. A client asking for a replication connection gets a dedicated,
 // unpooled connection carrying the replication parameter.
+// serverUp reports whether a new login to addr succeeds now: after a
+// server connection ended with FATAL 57P01, it tells a termination of
+// that one backend (pg_terminate_backend: the server is up) from the
+// server shutting down or crashing (the login fails).
+func (ss *session) serverUp(addr string) bool {
+	buser, bpass := ss.userCfg.Backend()
+	cred := pool.Credentials{User: buser, Password: bpass, Database: ss.route.BackendDB()}
+	dialer := pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: ss.srv.opts.connectTimeout}
+	c, err := dialer.Dial(context.Background(), addr, cred)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
 func (ss *session) acquire(addr string) (*pool.Conn, *pool.Pool, error) {
 	buser, bpass := ss.userCfg.Backend()
 	cred := pool.Credentials{User: buser, Password: bpass, Database: ss.route.BackendDB()}

@@ -157,6 +157,19 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			}
 			if h.Type == 'S' {
 				skip = false
+				if l := ss.stream; l != nil {
+					// The open unit's server skips to Sync too, after the
+					// error the proxy made it fail with: it answers.
+					var sync batch
+					sync.add('S', nil)
+					if err := ss.write(l, &sync); err != nil {
+						return false, err
+					}
+					if err := ss.endStream(l, 'S'); err != nil {
+						return false, err
+					}
+					continue
+				}
 				if err := ss.send(&pgproto3.ReadyForQuery{TxStatus: ss.txStatus()}); err != nil {
 					return true, errClientGone{err}
 				}
@@ -185,10 +198,7 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 					ss.stream, skip = open, skipRest
 					continue
 				}
-				if err := ss.write(l, &one); err != nil {
-					return false, err
-				}
-				if err := ss.endStream(l, h.Type); err != nil {
+				if err := ss.forwardOne(l, &one); err != nil {
 					return false, err
 				}
 				continue
@@ -222,6 +232,25 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 		if err := b.read(ss.r, h); err != nil {
 			return false, errClientGone{err}
 		}
+		if h.Type != 'S' && h.Type != 'H' && h.Type != 'Q' && h.Type != 'F' && ss.r.Buffered() == 0 && ss.serverFixed() &&
+			ss.localPlan(&b) == nil {
+			// The client paused inside a batch whose server is already
+			// known (routing off, an open transaction, a pinned
+			// session): what it sent goes to the server now, as directly
+			// (a statement_timeout between Parse and Describe fires
+			// there), and the rest of the unit follows as it arrives.
+			l, err := ss.routeBatch(&b, true, false)
+			b.reset()
+			if err != nil {
+				return true, err
+			}
+			if l == nil {
+				skip = true
+			} else {
+				ss.stream = l
+			}
+			continue
+		}
 		switch h.Type {
 		case 'S', 'H':
 			if plan := ss.localPlan(&b); plan != nil {
@@ -251,6 +280,26 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			}
 		}
 	}
+}
+
+// serverFixed reports whether the next unit's server is known before its
+// messages are: every unit goes to the primary (routing off), or a transaction block is open on the session's current
+// server, or the session is pinned to its primary connection.
+func (ss *session) serverFixed() bool {
+	if ss.deferred != "" {
+		return false // a BEGIN the proxy answered: the first statement decides
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	switch {
+	case ss.routingMode() == config.RoutingOff:
+		return true
+	case ss.tx != 'I' && ss.cur != nil && !ss.cur.dead && !ss.cur.released:
+		return true
+	case ss.pinned != "" && ss.primary != nil && !ss.primary.dead:
+		return true
+	}
+	return false
 }
 
 // isLocalCandidate reports whether a message of an open unit may be one
@@ -317,7 +366,7 @@ func (ss *session) forwardStreamed(l *link, h wire.Header) error {
 		}
 		var b batch
 		b.add(h.Type, body)
-		return ss.write(l, &b)
+		return ss.forwardOne(l, &b)
 	}
 	ss.count(l, h.Type)
 	if err := wire.WriteHeader(l.conn.W, h); err != nil {
@@ -334,6 +383,29 @@ func (ss *session) forwardStreamed(l *link, h wire.Header) error {
 		if err := l.conn.W.Flush(); err != nil {
 			return errServerGone
 		}
+	}
+	return nil
+}
+
+// forwardOne writes one message of an open unit (b holds just it) to l,
+// noting its session effects, and flushes unless more of the client's
+// messages are already buffered.
+func (ss *session) forwardOne(l *link, b *batch) error {
+	typ := b.msgs[0].typ
+	if typ == 'P' || typ == 'B' {
+		// Its session effects (SET, PREPARE, pinning) count as a routed
+		// unit's do.
+		_, ds := ss.analyze(b, false)
+		ss.recordEffects(ds)
+	}
+	if err := ss.buffer(l, b); err != nil {
+		return err
+	}
+	if ss.r.Buffered() > 0 && typ != 'H' && typ != 'S' {
+		return nil // more of the client's messages follow in this write
+	}
+	if err := l.conn.W.Flush(); err != nil {
+		return errServerGone
 	}
 	return nil
 }
@@ -977,6 +1049,13 @@ func (ss *session) recordRoute(d decision, ds []*classified) {
 		class = ss.queryClass
 	}
 	ss.setLastRoute(target, d.reason, lag, class)
+	ss.recordEffects(ds)
+}
+
+// recordEffects notes the session effects of a unit's statements: pinning
+// at once, settings and DISCARD ALL when the unit ends well, SQL prepared
+// statements and their deallocation.
+func (ss *session) recordEffects(ds []*classified) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for _, dec := range ds {

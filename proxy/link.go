@@ -319,14 +319,13 @@ func (ss *session) serverToClient(l *link) error {
 		if unsolicited := !drop && l.batches == l.rfqs && !(l == ss.cur && (ss.tx != 'I' || ss.unsynced)); unsolicited &&
 			(l.replica || h.Type == 'E' && ss.pinned == "" && ss.freshnessOn()) {
 			switch {
-			case !l.replica && !ss.txPool && ss.pending == 0 && !ss.unsynced:
-				// Session pooling: the client holds this backend's PID
-				// (BackendKeyData), so its FATAL (pg_terminate_backend,
-				// 57P01) ends the session, as directly: relayed now, as
-				// the session is idle.
 			case !l.replica && !ss.txPool:
-				// The same while the client waits for a replica: the
-				// error ends the session at its next idle point.
+				// Session pooling: the client holds this backend's PID
+				// (BackendKeyData), so its termination (pg_terminate_backend)
+				// ends the session with its FATAL, as directly: at once
+				// when idle, else at the next idle point. A primary that
+				// is shutting down or crashed is an outage the session
+				// rides out on replicas instead (see the 'E' case below).
 				drop, deferFatal = true, true
 			default:
 				// Unsolicited, from a link nobody waits on: anything from
@@ -354,7 +353,7 @@ func (ss *session) serverToClient(l *link) error {
 						srv.Params[ps.Name] = ps.Value
 					}
 				case 'E':
-					if deferFatal && isFatal(body) {
+					if deferFatal && isFatal(body) && ss.serverUp(l.addr) {
 						ss.mu.Lock()
 						ss.lostPrimary = append([]byte(nil), body...)
 						idle := ss.pending == 0

@@ -450,3 +450,40 @@ func TestKineticCommandsInExtendedProtocol(t *testing.T) {
 		rc.want(5, "ParseComplete BindComplete D: C:SHOW Z:I")
 	})
 }
+
+// TestMessagesForwardedAsTheyArrive: with routing off, and inside a
+// transaction with routing on (the unit's server is known), the proxy
+// forwards a batch's messages as they arrive instead of holding them until
+// Sync: a statement_timeout that expires between the client's Parse and
+// Describe fires on the server as it does directly (pgx
+// TestPrepareWithDigestedNameHandlesTimeoutBetweenParseAndDescribe). A
+// routed unit outside a transaction is held whole (docs/behaviour.md).
+func TestMessagesForwardedAsTheyArrive(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	pause := func(t *testing.T, rc *rawConn) {
+		rc.send(&pgproto3.Parse{Name: "slow", Query: "select $1::varchar"})
+		time.Sleep(300 * time.Millisecond)
+		rc.send(&pgproto3.Describe{ObjectType: 'S', Name: "slow"}, &pgproto3.Sync{})
+	}
+	t.Run("RoutingOff", func(t *testing.T) {
+		px := kinetictest.Start(t, cl, kinetictest.Params{})
+		rc := rawConnect(t, ctx, px.AppDSN())
+		defer rc.close()
+		rc.send(&pgproto3.Query{String: "set statement_timeout = '100ms'"})
+		rc.want(2, "C:SET Z:I")
+		pause(t, rc)
+		rc.want(3, "ParseComplete E:57014 Z:I")
+	})
+	t.Run("RoutedInTransaction", func(t *testing.T) {
+		px := routedProxy(t, cl, kinetictest.Params{})
+		rc := rawConnect(t, ctx, px.AppDSN())
+		defer rc.close()
+		rc.send(&pgproto3.Query{String: "begin; set local statement_timeout = '100ms'; select 1"})
+		rc.want(6, "C:BEGIN C:SET RowDescription D:1 C:SELECT 1 Z:T")
+		pause(t, rc)
+		rc.want(3, "ParseComplete E:57014 Z:E")
+		rc.send(&pgproto3.Query{String: "rollback"})
+		rc.want(2, "C:ROLLBACK Z:I")
+	})
+}
