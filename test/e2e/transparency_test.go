@@ -487,3 +487,52 @@ func TestMessagesForwardedAsTheyArrive(t *testing.T) {
 		rc.want(2, "C:ROLLBACK Z:I")
 	})
 }
+
+// TestReplicaStatementNotOnPrimary pins allowed deviation (c) of
+// docs/behaviour.md: with routing on, a read running on a replica is in
+// that replica's pg_stat_activity, not the primary's, so a client that
+// looks for it on the primary to cancel it does not find it; the client's
+// own CancelRequest (by its BackendKeyData) still stops it.
+func TestReplicaStatementNotOnPrimary(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 60*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	const marker = "deviation_c_marker"
+	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(qctx, "select pg_sleep(30) /* "+marker+" */")
+		done <- err
+	}()
+	count := func(s *pgtest.Server) int {
+		n, err := s.QueryString(ctx, "select count(*) from pg_stat_activity where query like '%"+marker+"%' and pid <> pg_backend_pid()")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v int
+		fmt.Sscan(n, &v)
+		return v
+	}
+	onReplica := false
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && !onReplica; time.Sleep(20 * time.Millisecond) {
+		for _, s := range cl.Standbys {
+			onReplica = onReplica || count(s) > 0
+		}
+	}
+	if !onReplica {
+		t.Fatal("the read never showed in a replica's pg_stat_activity")
+	}
+	if n := count(cl.Primary); n != 0 {
+		t.Fatalf("the replica read shows in the primary's pg_stat_activity (%d)", n)
+	}
+	select {
+	case err := <-done:
+		if pgCode(err) != "57014" && qctx.Err() == nil {
+			t.Fatalf("the cancelled read ended with %v, want 57014", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client's CancelRequest did not stop the replica read")
+	}
+}
