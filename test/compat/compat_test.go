@@ -85,6 +85,9 @@ type record struct {
 	SQL    string `json:"sql,omitempty"`
 	OK     bool   `json:"ok"`
 	Error  string `json:"error,omitempty"`
+	// Value is what a feature statement answered where the check needs it
+	// (features_test.go); the main mix never sets it.
+	Value string `json:"value,omitempty"`
 }
 
 func (r record) String() string {
@@ -100,6 +103,9 @@ type target struct {
 	Password string
 	DB       string
 	Table    string
+	// Feature, when set, makes the program run that feature of
+	// features_test.go instead of the main mix (COMPAT_FEATURE).
+	Feature string
 }
 
 // env is the target as the PG* variables libpq, node-postgres and our JDBC
@@ -115,6 +121,7 @@ func (tg target) env() []string {
 		"PGCONNECT_TIMEOUT=10",
 		"COMPAT_TABLE=" + tg.Table,
 		fmt.Sprintf("COMPAT_SEED=%d", seedRows),
+		"COMPAT_FEATURE=" + tg.Feature,
 	}
 }
 

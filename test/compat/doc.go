@@ -16,5 +16,15 @@
 // plus pgx, run in-process by the test. scripts/install-deps.sh installs all
 // of them. A missing runtime skips its test, or fails it when CI is set.
 //
+// TestClientFeatures (features_test.go) runs the same programs once per
+// feature (COMPAT_FEATURE): SQL cursors fetched in steps, each driver's own
+// row-limited fetch (server-side cursors, setFetchSize, node-postgres
+// Query rows), LISTEN/NOTIFY between two connections, the unnamed
+// statement (pgx describe_exec/exec, pgJDBC prepareThreshold=0, psycopg 3
+// prepare_threshold=None, node-postgres queries with values), and SHOW
+// pg_kinetic.write_lsn / SET pg_kinetic.min_lsn through the extended
+// protocol; directly against the primary first where PostgreSQL has the
+// feature, then through kineticd with read routing on.
+//
 // The package has no code of its own; everything is in its tests.
 package compat

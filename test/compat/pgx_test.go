@@ -29,7 +29,11 @@ func pgxClient(t *testing.T, ctx context.Context, tg target) []byte {
 	}
 	var out bytes.Buffer
 	m := &pgxMix{ctx: ctx, conn: conn, out: &out}
-	m.mix(tg.Table)
+	if tg.Feature != "" {
+		m.feature(t, cfg, tg)
+	} else {
+		m.mix(tg.Table)
+	}
 	if err := conn.Close(ctx); err != nil {
 		t.Errorf("pgx close: %v", err)
 	}

@@ -17,8 +17,14 @@ import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
+import java.sql.SQLException;
 import java.sql.Statement;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Properties;
+import java.util.regex.Pattern;
+import org.postgresql.PGConnection;
+import org.postgresql.PGNotification;
 
 public final class Mix {
     private static final String CLIENT = "jdbc";
@@ -79,11 +85,16 @@ public final class Mix {
     }
 
     private static void emit(String op, String tx, Integer port, String sql, String error) {
+        emit(op, tx, port, sql, null, error);
+    }
+
+    private static void emit(String op, String tx, Integer port, String sql, String value, String error) {
         StringBuilder b = new StringBuilder("{\"client\":").append(quote(CLIENT));
         b.append(",\"op\":").append(quote(op));
         if (tx != null) b.append(",\"tx\":").append(quote(tx));
         if (port != null) b.append(",\"port\":").append(port);
         if (sql != null) b.append(",\"sql\":").append(quote(sql));
+        if (value != null && !value.isEmpty()) b.append(",\"value\":").append(quote(value));
         b.append(",\"ok\":").append(error == null);
         if (error != null) b.append(",\"error\":").append(quote(error));
         System.out.println(b.append('}'));
@@ -221,6 +232,233 @@ public final class Mix {
         conn.setAutoCommit(true);
     }
 
+    // Features of ../features_test.go (COMPAT_FEATURE), each on connections
+    // of its own (from connect()).
+
+    /** Checks that the rows are seed rows first, first+1, ... (id, name, qty, port). */
+    private static String seedRun(List<Object[]> rows, int first) {
+        for (int k = 0; k < rows.size(); k++) {
+            int i = first + k;
+            Object[] r = rows.get(k);
+            if (((Number) r[0]).intValue() != i || !("seed-" + i).equals(r[1]) || ((Number) r[2]).intValue() != 10 * i) {
+                return "row " + k + " = (" + r[0] + ", " + r[1] + ", " + r[2] + "), want seed row " + i;
+            }
+        }
+        return null;
+    }
+
+    /** Returns up to limit rows (id, name, qty, port) from rs; fewer at its end. */
+    private static List<Object[]> take(ResultSet rs, int limit) throws SQLException {
+        List<Object[]> rows = new ArrayList<>();
+        while (rows.size() < limit && rs.next()) {
+            rows.add(new Object[] {rs.getInt(1), rs.getString(2), rs.getInt(3), rs.getInt(4)});
+        }
+        return rows;
+    }
+
+    private interface Fetch {
+        List<Object[]> fetch() throws Exception;
+    }
+
+    /** Calls fetch (7 rows at a time) until it returns no row, checking the seed rows come in order. */
+    private static void fetchSteps(String op, String tx, int seedRows, Fetch fetch) {
+        int next = 1;
+        for (int n = 0; n < seedRows / 7 + 2; n++) {
+            List<Object[]> rows;
+            try {
+                rows = fetch.fetch();
+            } catch (Exception e) {
+                emit(op + "_fetch", tx, null, null, describe(e));
+                return;
+            }
+            if (rows.isEmpty()) {
+                emit(op + "_end", tx, null, null, next == seedRows + 1 ? null : "ended before row " + next);
+                return;
+            }
+            int want = Math.min(7, seedRows - next + 1);
+            String error = rows.size() != want ? rows.size() + " rows at row " + next + ", want " + want : seedRun(rows, next);
+            emit(op + "_fetch", tx, (Integer) rows.get(0)[3], null, error);
+            if (error != null) {
+                return;
+            }
+            next += rows.size();
+        }
+    }
+
+    private void cursor(String t, int seedRows) throws Exception {
+        conn.setAutoCommit(false);
+        conn.setReadOnly(true); // BEGIN READ ONLY with the first statement
+        control("DECLARE compat_cur CURSOR FOR SELECT id, name, qty, inet_server_port() FROM " + t + " WHERE id <= " + seedRows + " ORDER BY id", "cur");
+        try (Statement st = conn.createStatement()) {
+            fetchSteps("cursor", "cur", seedRows, () -> {
+                try (ResultSet rs = st.executeQuery("FETCH 7 FROM compat_cur")) {
+                    return take(rs, Integer.MAX_VALUE);
+                }
+            });
+        }
+        control("CLOSE compat_cur", "cur");
+        commit("cur");
+    }
+
+    /** setFetchSize(7) in a transaction: a named portal, executed 7 rows at a time. */
+    private void portal(String t, int seedRows) throws Exception {
+        conn.setAutoCommit(false);
+        conn.setReadOnly(true);
+        try (PreparedStatement ps = conn.prepareStatement("SELECT id, name, qty, inet_server_port() FROM " + t + " WHERE id <= ? ORDER BY id")) {
+            ps.setFetchSize(7);
+            ps.setInt(1, seedRows);
+            try (ResultSet rs = ps.executeQuery()) {
+                fetchSteps("portal", "portal", seedRows, () -> take(rs, 7));
+            }
+        } catch (Exception e) {
+            emit("portal_fetch", "portal", null, null, describe(e));
+        }
+        commit("portal");
+    }
+
+    private void listenNotify(String t) throws Exception {
+        String channel = "ch_" + t;
+        control("LISTEN " + channel, null);
+        run("listen_port", null, () -> conn.createStatement().executeQuery("SELECT 'listening', inet_server_port()"), rs -> null);
+        try (Connection nconn = connect(new Properties())) {
+            Mix notifier = new Mix(nconn);
+            notifier.control("NOTIFY " + channel + ", 'payload-1'", null);
+            PreparedStatement ps = nconn.prepareStatement("SELECT 'sent', inet_server_port() FROM (SELECT pg_notify(?, ?)) AS n");
+            notifier.run("notify", null, bind(ps, channel, "payload-2"), rs -> null);
+        }
+        PGConnection pg = conn.unwrap(PGConnection.class);
+        List<PGNotification> got = new ArrayList<>();
+        long deadline = System.currentTimeMillis() + 10000;
+        while (got.size() < 2 && System.currentTimeMillis() < deadline) {
+            PGNotification[] ns = pg.getNotifications((int) Math.max(1, deadline - System.currentTimeMillis()));
+            if (ns != null) {
+                got.addAll(List.of(ns));
+            }
+        }
+        String[] want = {"payload-1", "payload-2"};
+        for (int k = 0; k < want.length; k++) {
+            if (k >= got.size()) {
+                emit("notify_received", null, null, null, "no notification " + want[k] + " within 10 s");
+                continue;
+            }
+            PGNotification n = got.get(k);
+            String error = channel.equals(n.getName()) && want[k].equals(n.getParameter()) ? null
+                    : "notification " + n.getParameter() + " on " + n.getName() + ", want " + want[k] + " on " + channel;
+            emit("notify_received", null, null, null, n.getParameter(), error);
+        }
+        control("UNLISTEN *", null);
+    }
+
+    /** prepareThreshold=0 (the connection's): every execution is Parse/Bind/Execute of the unnamed statement. */
+    private void unnamed(String t) throws Exception {
+        PreparedStatement byId = conn.prepareStatement("SELECT name, qty, inet_server_port() FROM " + t + " WHERE id = ?");
+        PreparedStatement insert = conn.prepareStatement("INSERT INTO " + t + " (id, name, qty) VALUES (?, ?, 1) RETURNING id, inet_server_port()");
+        for (int i = 1; i <= 12; i++) {
+            run("unnamed_read", null, bind(byId, i), seed(i));
+        }
+        for (int i = 3000; i <= 3001; i++) {
+            run("unnamed_write", null, bind(insert, i, "own-" + i), equals(i));
+        }
+        for (int k = 0; k < 6; k++) {
+            if (k % 2 == 0) {
+                run("unnamed_read_after_write", null, bind(byId, k + 1), seed(k + 1));
+            } else {
+                int own = 3000 + k / 2 % 2;
+                run("unnamed_read_after_write", null, bind(byId, own), equals("own-" + own));
+            }
+        }
+    }
+
+    /** Runs sql (extended protocol, like every pgJDBC statement) for its effect; with wantCode it must fail so. */
+    private void statement(String op, String sql, String wantCode) {
+        String error = null;
+        try (Statement st = conn.createStatement()) {
+            st.execute(sql);
+            if (wantCode != null) {
+                error = "succeeded, want SQLSTATE " + wantCode;
+            }
+        } catch (SQLException e) {
+            if (wantCode == null || !wantCode.equals(e.getSQLState())) {
+                error = describe(e) + " (SQLSTATE " + e.getSQLState() + ")";
+            }
+        }
+        emit(op, null, null, null, error);
+    }
+
+    private String show(String name) throws SQLException {
+        try (PreparedStatement ps = conn.prepareStatement("SHOW " + name); ResultSet rs = ps.executeQuery()) {
+            if (!rs.next()) {
+                throw new IllegalStateException("no row from SHOW " + name);
+            }
+            return rs.getString(1);
+        }
+    }
+
+    private void kineticExt(String t) throws Exception {
+        PreparedStatement insert = conn.prepareStatement("INSERT INTO " + t + " (id, name, qty) VALUES (?, ?, 1) RETURNING id, inet_server_port()");
+        run("kinetic_write", null, bind(insert, 2000, "own-2000"), equals(2000));
+        String token = "";
+        String error = null;
+        try {
+            token = show("pg_kinetic.write_lsn");
+            String status = conn.unwrap(PGConnection.class).getParameterStatus("pg_kinetic.write_lsn");
+            if (!Pattern.matches("[0-9]+:[0-9A-F]+/[0-9A-F]+", token)) {
+                error = "pg_kinetic.write_lsn = " + token + ", want TIMELINE:LSN";
+            } else if (status != null && !status.equals(token)) {
+                error = "SHOW says " + token + ", ParameterStatus " + status;
+            }
+        } catch (Exception e) {
+            error = describe(e);
+        }
+        emit("kinetic_show_write_lsn", null, null, null, token, error);
+        statement("kinetic_set_min_lsn", "SET pg_kinetic.min_lsn = '" + token + "'", null);
+        PreparedStatement byId = conn.prepareStatement("SELECT name, qty, inet_server_port() FROM " + t + " WHERE id = ?");
+        run("kinetic_read", null, bind(byId, 5), seed(5));
+        statement("kinetic_set_invalid", "SET pg_kinetic.min_lsn = 'not-a-token'", "22023");
+        run("kinetic_read", null, bind(byId, 6), seed(6));
+        String route = "";
+        error = null;
+        try {
+            route = show("pg_kinetic.last_route");
+            if (!route.startsWith("target=") || !route.contains(" reason=")) {
+                error = "pg_kinetic.last_route = " + route + ", want target=... reason=...";
+            }
+        } catch (Exception e) {
+            error = describe(e);
+        }
+        emit("kinetic_show_last_route", null, null, null, route, error);
+    }
+
+    private static void feature(String name, String table, int seedRows) throws Exception {
+        Properties extra = new Properties();
+        if (name.equals("unnamed")) {
+            extra.setProperty("prepareThreshold", "0");
+        }
+        try (Connection conn = connect(extra)) {
+            Mix m = new Mix(conn);
+            switch (name) {
+                case "cursor": m.cursor(table, seedRows); break;
+                case "portal": m.portal(table, seedRows); break;
+                case "listen_notify": m.listenNotify(table); break;
+                case "unnamed": m.unnamed(table); break;
+                case "kinetic_ext": m.kineticExt(table); break;
+                default: throw new IllegalArgumentException("no feature " + name);
+            }
+        }
+    }
+
+    /** A connection with the PG* settings (as main's) plus extra properties. */
+    private static Connection connect(Properties extra) throws SQLException {
+        String url = "jdbc:postgresql://" + env("PGHOST", "127.0.0.1") + ":" + env("PGPORT", "5432") + "/" + env("PGDATABASE", "postgres");
+        Properties props = new Properties();
+        props.setProperty("user", env("PGUSER", "postgres"));
+        props.setProperty("password", env("PGPASSWORD", ""));
+        props.setProperty("sslmode", "disable");
+        props.setProperty("ApplicationName", "compat-jdbc");
+        props.putAll(extra);
+        return DriverManager.getConnection(url, props);
+    }
+
     public static void main(String[] args) throws Exception {
         String table = System.getenv("COMPAT_TABLE");
         if (table == null || table.isEmpty()) {
@@ -228,6 +466,12 @@ public final class Mix {
         }
         String seedEnv = System.getenv("COMPAT_SEED");
         int seedRows = seedEnv == null || seedEnv.isEmpty() ? 50 : Integer.parseInt(seedEnv);
+        String feature = env("COMPAT_FEATURE", "");
+        if (!feature.isEmpty()) {
+            feature(feature, table, seedRows);
+            emit("done", null, null, null, null);
+            return;
+        }
         String url = args.length > 0 ? args[0]
                 : "jdbc:postgresql://" + env("PGHOST", "127.0.0.1") + ":" + env("PGPORT", "5432") + "/" + env("PGDATABASE", "postgres");
         Properties props = new Properties();

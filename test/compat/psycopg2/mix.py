@@ -108,6 +108,12 @@ class Mix:
 def main():
     conn = psycopg2.connect("")  # everything from PG* variables
     conn.autocommit = True
+    feature = os.environ.get("COMPAT_FEATURE", "")
+    if feature:
+        FEATURES[feature](conn)
+        conn.close()
+        emit({"op": "done", "ok": True})
+        return
     m = Mix(conn)
     t = TABLE
     by_id = "SELECT name, qty, inet_server_port() FROM " + t + " WHERE id = %s"
@@ -168,6 +174,181 @@ def main():
     conn.autocommit = True
     conn.close()
     emit({"op": "done", "ok": True})
+
+
+# Features of ../features_test.go (COMPAT_FEATURE), each on connections of
+# its own. psycopg2 has no unnamed-statement path (it sends only simple
+# queries), so "unnamed" is not among them; kinetic_ext runs through its
+# only path, the simple protocol.
+
+def describe(e):
+    return "%s: %s" % (type(e).__name__, str(e).strip())
+
+
+def seed_run(rows, first):
+    """Checks that rows are seed rows first, first+1, ... (id, name, qty, port)."""
+    for k, row in enumerate(rows):
+        i = first + k
+        if tuple(row[:3]) != (i, "seed-%d" % i, 10 * i):
+            return "row %d = %r, want seed row %d" % (k, row[:3], i)
+    return None
+
+
+def emit_result(op, tx=None, port=None, value=None, error=None):
+    rec = {"op": op, "ok": error is None}
+    if tx:
+        rec["tx"] = tx
+    if port:
+        rec["port"] = port
+    if value:
+        rec["value"] = value
+    if error:
+        rec["error"] = error
+    emit(rec)
+
+
+def fetch_steps(op, tx, fetch):
+    """Calls fetch() (7 rows at a time) until it returns no row, checking
+    the seed rows come in order; one line per non-empty fetch, then op_end."""
+    nxt = 1
+    for _ in range(SEED // 7 + 2):
+        try:
+            rows = fetch()
+        except Exception as e:  # noqa: BLE001
+            emit_result(op + "_fetch", tx, error=describe(e))
+            return False
+        if not rows:
+            emit_result(op + "_end", tx, error=None if nxt == SEED + 1 else "ended before row %d" % nxt)
+            return True
+        want = min(7, SEED - nxt + 1)
+        err = "%d rows at row %d, want %d" % (len(rows), nxt, want) if len(rows) != want else seed_run(rows, nxt)
+        emit_result(op + "_fetch", tx, port=int(rows[0][-1]), error=err)
+        if err:
+            return False
+        nxt += len(rows)
+    return False
+
+
+def cursor_query():
+    return "SELECT id, name, qty, inet_server_port() FROM %s WHERE id <= %d ORDER BY id" % (TABLE, SEED)
+
+
+def feature_cursor(conn):
+    m = Mix(conn)
+    conn.set_session(readonly=True, autocommit=False)  # BEGIN READ ONLY
+    m.control("DECLARE compat_cur CURSOR FOR " + cursor_query(), tx="cur")
+
+    def fetch():
+        with conn.cursor() as cur:
+            cur.execute("FETCH 7 FROM compat_cur")
+            return cur.fetchall()
+    fetch_steps("cursor", "cur", fetch)
+    m.control("CLOSE compat_cur", tx="cur")
+    m.end_tx("cur")
+
+
+def feature_portal(conn):
+    """A named (server-side) cursor: DECLARE and FETCH FORWARD itersize."""
+    m = Mix(conn)
+    conn.set_session(readonly=True, autocommit=False)
+    try:
+        cur = conn.cursor(name="compat_portal")
+        cur.itersize = 7
+        cur.execute("SELECT id, name, qty, inet_server_port() FROM " + TABLE + " WHERE id <= %s ORDER BY id", (SEED,))
+        fetch_steps("portal", "portal", lambda: cur.fetchmany(7))
+        cur.close()
+    except Exception as e:  # noqa: BLE001
+        emit_result("portal_fetch", "portal", error=describe(e))
+    m.end_tx("portal")
+
+
+def feature_listen_notify(conn):
+    import select
+    import time
+    channel = "ch_" + TABLE
+    listener = Mix(conn)
+    listener.control("LISTEN " + channel)
+    listener.run("listen_port", "SELECT 'listening', inet_server_port()")
+    nconn = psycopg2.connect("")
+    nconn.autocommit = True
+    notifier = Mix(nconn)
+    notifier.control("NOTIFY " + channel + ", 'payload-1'")
+    notifier.run("notify", "SELECT 'sent', inet_server_port() FROM (SELECT pg_notify(%s, %s)) AS n", (channel, "payload-2"))
+    nconn.close()
+    got = []
+    deadline = time.monotonic() + 10
+    while len(got) < 2 and time.monotonic() < deadline:
+        if select.select([conn], [], [], max(0, deadline - time.monotonic())) == ([], [], []):
+            continue
+        conn.poll()
+        while conn.notifies:
+            got.append(conn.notifies.pop(0))
+    for k, want in enumerate(["payload-1", "payload-2"]):
+        if k >= len(got):
+            emit_result("notify_received", error="no notification %s within 10 s" % want)
+            continue
+        n = got[k]
+        err = None if (n.channel, n.payload) == (channel, want) else "notification %r on %r, want %r on %r" % (n.payload, n.channel, want, channel)
+        emit_result("notify_received", value=n.payload, error=err)
+    listener.control("UNLISTEN *")
+
+
+def statement(op, conn, sql, want_code=None):
+    """Runs sql for its effect; with want_code it must fail with that SQLSTATE."""
+    err = None
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+        if want_code:
+            err = "succeeded, want SQLSTATE " + want_code
+    except psycopg2.Error as e:
+        if e.pgcode != want_code:
+            err = describe(e) + " (SQLSTATE %s)" % e.pgcode
+    emit_result(op, error=err)
+
+
+def show(conn, name):
+    with conn.cursor() as cur:
+        cur.execute("SHOW " + name)
+        return cur.fetchone()[0]
+
+
+def feature_kinetic_ext(conn):
+    import re
+    m = Mix(conn)
+    m.run("kinetic_write", "INSERT INTO " + TABLE + " (id, name, qty) VALUES (%s, %s, 1) RETURNING id, inet_server_port()", (2000, "own-2000"), check=equals(2000))
+    token, err = "", None
+    try:
+        token = show(conn, "pg_kinetic.write_lsn")
+        status = conn.get_parameter_status("pg_kinetic.write_lsn")
+        if not re.match(r"^[0-9]+:[0-9A-F]+/[0-9A-F]+$", token):
+            err = "pg_kinetic.write_lsn = %r, want TIMELINE:LSN" % token
+        elif status is not None and status != token:
+            err = "SHOW says %r, ParameterStatus %r" % (token, status)
+    except Exception as e:  # noqa: BLE001
+        err = describe(e)
+    emit_result("kinetic_show_write_lsn", value=token, error=err)
+    statement("kinetic_set_min_lsn", conn, "SET pg_kinetic.min_lsn = '%s'" % token)
+    by_id = "SELECT name, qty, inet_server_port() FROM " + TABLE + " WHERE id = %s"
+    m.run("kinetic_read", by_id, (5,), check=seed_check(5))
+    statement("kinetic_set_invalid", conn, "SET pg_kinetic.min_lsn = 'not-a-token'", want_code="22023")
+    m.run("kinetic_read", by_id, (6,), check=seed_check(6))
+    route, err = "", None
+    try:
+        route = show(conn, "pg_kinetic.last_route")
+        if not route.startswith("target=") or " reason=" not in route:
+            err = "pg_kinetic.last_route = %r, want target=... reason=..." % route
+    except Exception as e:  # noqa: BLE001
+        err = describe(e)
+    emit_result("kinetic_show_last_route", value=route, error=err)
+
+
+FEATURES = {
+    "cursor": feature_cursor,
+    "portal": feature_portal,
+    "listen_notify": feature_listen_notify,
+    "kinetic_ext": feature_kinetic_ext,
+}
 
 
 if __name__ == "__main__":
