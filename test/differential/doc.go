@@ -1,0 +1,164 @@
+// Package differential is pg-kinetic's differential protocol test (issue
+// 11): seeded random client message sequences are replayed once directly
+// against PostgreSQL 15 and once through kineticd in each of four modes,
+// and the backend messages the client receives must be the same.
+//
+// # Targets
+//
+// One private cluster (test/pgtest: a primary and one streaming replica).
+// "PostgreSQL" is the primary itself. kineticd runs in-process
+// (test/kinetictest) in four modes, one after the other:
+//
+//	session              pool_mode session,     read_routing_mode off
+//	session-routing      pool_mode session,     read_routing_mode prefer_replica
+//	transaction          pool_mode transaction, read_routing_mode off
+//	transaction-routing  pool_mode transaction, read_routing_mode prefer_replica
+//
+// The routing modes use freshness_policy session_write_lsn_and_max_lag and
+// fallback_policy primary, and start only once a read has reached the
+// replica. The client is pgconn for the startup and authentication
+// (PostgreSQL directly as md5user; kineticd as a user with an md5 secret
+// whose backend user is md5user, so both sessions are md5user's and
+// logging in costs no SCRAM iterations), then pgproto3 on the hijacked
+// connection for everything else.
+//
+// # Sequences
+//
+// Generate(seed, features) makes one session's messages: 1 to about 25 units,
+// each what a client sends in one write before reading: a simple Query
+// (one statement or several, COPY ... FROM STDIN with its CopyData and
+// CopyDone or CopyFail), a batch ended by Sync, a batch ended by Flush
+// alone (more batches follow until a Sync), or several Sync-ended batches
+// pipelined. Inside batches: Parse (named and unnamed, with and without
+// declared parameter types), Bind (text and binary results, wrong
+// parameter counts), Describe of statements and portals, Execute with and
+// without row limits (PortalSuspended, a portal continued in a later unit
+// of the same transaction), Close. Patterns drivers use are generated on
+// purpose: pgx's describe_exec (Parse "" + Describe S + Sync, then Bind "" +
+// Execute + Sync, sometimes with another unit in between), statement
+// caches (a named statement Parsed in one unit and Bound in later ones,
+// closed and reused), SQL PREPARE/EXECUTE/DEALLOCATE (sharing the names of
+// protocol statements). Errors are placed at Parse, Bind and Execute, after
+// some rows, in the middle of batches and of transactions. Transactions
+// (BEGIN, read-only, repeatable read, serializable read-only, SET
+// TRANSACTION READ ONLY, COMMIT AND CHAIN, savepoints), SET/RESET/SHOW of
+// harmless settings (DateStyle, TimeZone, IntervalStyle, extra_float_digits,
+// bytea_output, application_name, search_path, work_mem, ...) with SET
+// LOCAL, set_config, RESET ALL and a query whose output they change, COPY
+// TO STDOUT, temp tables, advisory locks, LISTEN/NOTIFY, DISCARD ALL,
+// /* pg-kinetic: ... */ hints (plain comments to PostgreSQL), and
+// pg_kinetic.* commands (below). KINETIC_DIFF_FEATURES switches features
+// off (see Features), to look for rarer mismatches behind frequent ones.
+//
+// Every statement gives the same answer on the primary and on the replica:
+// reads of table ref (made at setup and replayed by the replica before any
+// sequence runs), reads of the run's own rows of table rw (written by the
+// same session: read-your-writes is kineticd's promise, so these reads
+// must match too), constants and settings. Nothing reads the clock,
+// random(), pg_backend_pid(), inet_server_port(), pg_is_in_recovery() or
+// transaction_read_only; several rows always come with ORDER BY. Each run
+// of a sequence gets its own run key (RunMark in the texts, a number unique
+// to the run in what is sent), so runs never see each other's rows.
+//
+// # Comparison
+//
+// Each answer is a list of canonical lines, one per backend message: the
+// type and its fields (RowDescription with names, types, sizes, modifiers,
+// formats and table columns; DataRow values; command tags; ReadyForQuery
+// status; COPY formats and data). What legitimately differs is masked:
+//   - BackendKeyData (process ID, secret): never recorded;
+//     NotificationResponse: the process ID is left out;
+//   - ParameterStatus pg_kinetic.* (kineticd's write tokens) are dropped
+//     and counted; the login's ParameterStatus set is compared otherwise
+//     unmasked (server ports are never asked for);
+//   - ErrorResponse and NoticeResponse: compared by Severity, SQLSTATE and
+//     Message only (no File/Line/Routine/Position/Detail); the message of
+//     25006 is masked because a replica words a write refused inside a
+//     read-only transaction "cannot execute COPY during recovery" where the
+//     primary says "... in a read-only transaction" (a write where
+//     PostgreSQL succeeds still mismatches);
+//   - table OIDs in RowDescription: the setup tables' (the same on every
+//     server) are named, others (a temp table) masked;
+//   - the run key is masked back to RunMark.
+//
+// Answers are read per frontend message: Parse until ParseComplete, Bind
+// until BindComplete, Describe until RowDescription or NoData, Execute
+// until CommandComplete, PortalSuspended or EmptyQueryResponse, Close until
+// CloseComplete, Query and Sync until ReadyForQuery; an ErrorResponse ends
+// the message and the server skips to Sync. So a batch ended by Flush is
+// read until its expected answers arrived. Waiting longer than
+// KINETIC_DIFF_TIMEOUT_MS (3000) for a unit's answers records a hang and
+// ends the run: a hang is a mismatch.
+//
+// pg_kinetic.* commands (feature "kinetic"): SHOW pg_kinetic.write_lsn,
+// min_lsn and query_class, SET/RESET pg_kinetic.min_lsn (to '0/0') and
+// pg_kinetic.query_class, simple and extended. PostgreSQL does not know
+// them, so the direct session declares them as placeholder variables in its
+// startup packet: it answers SET with "SET" and SHOW with one text column of
+// that name, the shapes SPEC §4 asks of kineticd. Their DataRow values are
+// masked (tokens differ by design); only the shapes are compared. SHOW
+// pg_kinetic.last_route is not generated (its value is the point and
+// differs by design). KINETIC_DIFF_FEATURES=-kinetic leaves them all out.
+//
+// On a mismatch the test prints the sequence's reference (seed, kept
+// units), the class, the sequence one message a line, and the first
+// differing unit's answers side by side, the first difference marked. A
+// class is the frontend message answered, the unit's shape, and the two
+// first differing messages reduced to type and SQLSTATE, e.g. "Bind in
+// batch ended by Sync: PostgreSQL BindComplete, kineticd ErrorResponse(26000)".
+// Mismatches are reported up to KINETIC_DIFF_MAX_MISMATCHES per mode
+// (then the mode stops), grouped by class with counts and the smallest
+// sequence; KINETIC_DIFF_SHOW (2) are printed in full per class.
+//
+// # Running
+//
+// The test runs only with KINETIC_DIFFERENTIAL=1: until the kineticd bugs
+// it finds are fixed it fails, so it is not part of `make test` yet. First
+// every sequence runs against PostgreSQL (one hash kept per sequence), then
+// each mode runs them all and compares hashes; a sequence that differs is
+// replayed against PostgreSQL for the full answer (a sequence PostgreSQL
+// answers differently when replayed, or does not answer at all, is
+// reported as the generator's fault). Workers run sequences in parallel, each on a fresh connection.
+//
+//	KINETIC_DIFFERENTIAL=1 go test ./test/differential -run TestDifferential -v
+//
+// Environment:
+//   - KINETIC_DIFF_N: generated sequences per mode (default 10000);
+//   - KINETIC_DIFF_SEED: base seed (default time-based, logged); sequence
+//     i's seed is derived from it (seedOf);
+//   - KINETIC_DIFF_WORKERS: parallel sessions (default 4);
+//   - KINETIC_DIFF_MODES: a comma-separated subset of the modes;
+//   - KINETIC_DIFF_FEATURES: "-flush,-kinetic" (off), "only:simple,tx";
+//   - KINETIC_DIFF_ONLY: "SEED [keep=..] [twice]; ...": just these;
+//   - KINETIC_DIFF_MINIMIZE=1: shrink one sequence per class (delta
+//     debugging over units) and print it as a regressions.txt line;
+//   - KINETIC_DIFF_REGRESSIONS=0: skip testdata/regressions.txt;
+//   - KINETIC_DIFF_TIMEOUT_MS, KINETIC_DIFF_MAX_MISMATCHES (1000),
+//     KINETIC_DIFF_SHOW (2), KINETIC_DIFF_LIST (20 sequences listed per class).
+//
+// The default run (10 000 sequences per mode plus the regressions) took
+// 205 s on the 2-core machine on 2026-12-01, with KINETIC_DIFF_MAX_MISMATCHES
+// raised so that every mode ran them all: PostgreSQL 29 s (344
+// sequences/s; a fresh backend per sequence), session 30 s, session-routing
+// 44 s, transaction 39 s, transaction-routing 61 s (those times include
+// replaying mismatching sequences against PostgreSQL and 3 s per hang).
+// A longer run, e.g. before a release (about 35 minutes):
+//
+//	KINETIC_DIFFERENTIAL=1 KINETIC_DIFF_N=100000 \
+//	  go test ./test/differential -run TestDifferential -v -timeout 2h
+//
+// (while the known classes are open a mode stops at
+// KINETIC_DIFF_MAX_MISMATCHES; raise it once they are fixed).
+//
+// Regressions: testdata/regressions.txt holds one sequence a line ("SEED
+// [keep=I,J] [twice] [features=...] # mode: class"), replayed first in
+// every mode. keep= lists the units a minimisation kept; twice marks a
+// mismatch that needs the state a previous client left on a pooled server
+// connection (transaction pooling): the sequence runs once before the
+// compared run. The seeds mean what they say only as long as the generator
+// makes the same sequences: a change to gen.go that alters them must
+// re-minimise the file (KINETIC_DIFF_MINIMIZE=1 on the old seeds' classes).
+//
+// TestGenerate* check the generator without PostgreSQL (deterministic per
+// seed, valid shapes, every feature produced) and run in every `go test`.
+package differential
