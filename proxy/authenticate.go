@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/md5"
 	"crypto/rand"
 	"crypto/sha256"
@@ -11,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -18,12 +20,20 @@ import (
 	"github.com/xdg-go/scram"
 
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
+	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
 const (
 	scramMech     = "SCRAM-SHA-256"
 	scramPlusMech = "SCRAM-SHA-256-PLUS"
 	scramIters    = 4096 // PostgreSQL's scram_iterations default
+)
+
+// Limits on the length word (which counts itself) of a client's
+// authentication message, as PostgreSQL's pq_getmessage applies them.
+const (
+	maxSASLMessageLen     = 1024  // PG_MAX_SASL_MESSAGE_LENGTH, auth-sasl.c
+	maxPasswordMessageLen = 65535 // PG_MAX_AUTH_TOKEN_LENGTH, auth.h
 )
 
 // authenticate checks the client's password against its [[users]] entry.
@@ -82,7 +92,7 @@ func (ss *session) scramAuth(creds scram.StoredCredentials) error {
 	if err := ss.send(&pgproto3.AuthenticationSASL{AuthMechanisms: mechs}); err != nil {
 		return errClientGone{err}
 	}
-	body, err := ss.readAuthMessage()
+	body, err := ss.readAuthMessage(true)
 	if err != nil {
 		return err
 	}
@@ -100,7 +110,7 @@ func (ss *session) scramAuth(creds scram.StoredCredentials) error {
 	if err := ss.send(&pgproto3.AuthenticationSASLContinue{Data: []byte(first)}); err != nil {
 		return errClientGone{err}
 	}
-	if body, err = ss.readAuthMessage(); err != nil {
+	if body, err = ss.readAuthMessage(true); err != nil {
 		return err
 	}
 	var resp pgproto3.SASLResponse
@@ -121,43 +131,78 @@ func (ss *session) md5Auth(hash string) error {
 	if err := ss.send(&pgproto3.AuthenticationMD5Password{Salt: salt}); err != nil {
 		return errClientGone{err}
 	}
-	body, err := ss.readAuthMessage()
+	body, err := ss.readAuthMessage(false)
 	if err != nil {
 		return err
 	}
-	var pm pgproto3.PasswordMessage
-	if err := pm.Decode(body); err != nil {
-		return protocolViolation("malformed password message")
+	// PostgreSQL's recv_password_packet: one NUL-terminated string filling
+	// the body, and not an empty one.
+	if bytes.IndexByte(body, 0) != len(body)-1 {
+		return protocolViolation("invalid password packet size")
+	}
+	if len(body) == 1 {
+		return fatalf(codeInvalidPassword, "empty password returned by client")
 	}
 	sum := md5.Sum(append([]byte(hash), salt[:]...))
 	want := "md5" + hex.EncodeToString(sum[:])
-	if subtle.ConstantTimeCompare([]byte(pm.Password), []byte(want)) != 1 {
+	if subtle.ConstantTimeCompare(body[:len(body)-1], []byte(want)) != 1 {
 		return fatalf(codeInvalidPassword, "password authentication failed for user %q", ss.user)
 	}
 	return nil
 }
 
-// readAuthMessage reads one 'p' message of the authentication exchange.
-func (ss *session) readAuthMessage() ([]byte, error) {
+// readAuthMessage reads one 'p' message of the authentication exchange,
+// a SASL message when sasl is set and an md5 password message otherwise,
+// answering what PostgreSQL 15 answers (auth-sasl.c CheckSASLAuth, auth.c
+// recv_password_packet; both read with pq_getmessage):
+//
+//   - EOF before the message: no answer (psql does this before prompting
+//     for a password).
+//   - Another message type: FATAL 08P01 "expected SASL response, got
+//     message type %d" ("expected password response, …" for md5).
+//   - EOF inside the message, or a length word outside 4..1024 (SASL) or
+//     4..65535 (md5): in a SASL exchange the login fails, FATAL 28P01
+//     "password authentication failed for user …"; with md5, no answer.
+//     PostgreSQL logs the cause ("incomplete message from client",
+//     "invalid message length"); so do we.
+func (ss *session) readAuthMessage(sasl bool) ([]byte, error) {
 	ss.w.Flush()
-	h, err := wire.ReadHeader(ss.r)
+	typ, err := ss.r.Peek(1)
 	if err != nil {
-		if errors.Is(err, wire.ErrBadLength) {
-			return nil, protocolViolation("invalid message length")
+		return nil, errClientGone{err}
+	}
+	if typ[0] != 'p' {
+		if sasl {
+			return nil, protocolViolation("expected SASL response, got message type %d", typ[0])
 		}
+		return nil, protocolViolation("expected password response, got message type %d", typ[0])
+	}
+	limit := maxPasswordMessageLen
+	if sasl {
+		limit = maxSASLMessageLen
+	}
+	h, err := wire.ReadHeader(ss.r)
+	if err == nil && h.Len > limit-4 {
+		err = wire.ErrBadLength
+	}
+	var body []byte
+	if err == nil {
+		if body, err = wire.ReadBody(ss.r, h.Len, nil); err == nil {
+			return body, nil
+		}
+	}
+	switch {
+	case errors.Is(err, wire.ErrBadLength):
+		err = fmt.Errorf("invalid message length %d", h.Len+4)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		err = errors.New("incomplete message from client")
+	default:
 		return nil, errClientGone{err}
 	}
-	if h.Type != 'p' {
-		return nil, protocolViolation("expected password response, got message type %d", h.Type)
-	}
-	if h.Len > wire.MaxSmallBodyLen {
-		return nil, protocolViolation("invalid message length")
-	}
-	body, err := wire.ReadBody(ss.r, h.Len, nil)
-	if err != nil {
+	if !sasl {
 		return nil, errClientGone{err}
 	}
-	return body, nil
+	return nil, fmt.Errorf("%w (%v)", fatalf(codeInvalidPassword, "password authentication failed for user %q", ss.user), err)
 }
 
 func isMD5Hash(s string) bool {
@@ -179,19 +224,30 @@ func (s *Server) storedCredentials(secret string) (scram.StoredCredentials, erro
 	if c, ok := s.credentials.Load(secret); ok {
 		return c.(scram.StoredCredentials), nil
 	}
-	// Like PostgreSQL: SASLprep the password when it is valid UTF-8 text,
-	// use the raw bytes otherwise.
-	client, err := scram.SHA256.NewClient("", secret, "")
-	if err != nil {
-		if client, err = scram.SHA256.NewClientUnprepped("", secret, ""); err != nil {
-			return scram.StoredCredentials{}, err
-		}
-	}
 	salt := make([]byte, 16)
 	rand.Read(salt)
-	c := client.GetStoredCredentials(scram.KeyFactors{Salt: string(salt), Iters: scramIters})
+	c, err := plaintextCredentials(secret, scram.KeyFactors{Salt: string(salt), Iters: scramIters})
+	if err != nil {
+		return scram.StoredCredentials{}, err
+	}
 	s.credentials.Store(secret, c)
 	return c, nil
+}
+
+// plaintextCredentials derives SCRAM credentials from a plaintext password
+// as PostgreSQL does when it stores a verifier (pg_be_scram_build_secret):
+// from pool.SCRAMPassword(password), PostgreSQL's own SASLprep (the raw
+// password when that fails), so a client that prepares the password as
+// libpq does proves it knows it. xdg-go's NewClient would apply textbook
+// SASLprep, which differs (U+200B, U+0340, a lone soft hyphen); hence
+// NewClientUnprepped. A verifier secret needs none of this: PostgreSQL
+// prepared the password when it made the verifier.
+func plaintextCredentials(password string, kf scram.KeyFactors) (scram.StoredCredentials, error) {
+	client, err := scram.SHA256.NewClientUnprepped("", pool.SCRAMPassword(password), "")
+	if err != nil {
+		return scram.StoredCredentials{}, err
+	}
+	return client.GetStoredCredentialsWithError(kf)
 }
 
 // parseVerifier reads PostgreSQL's SCRAM verifier format.

@@ -18,20 +18,15 @@ import (
 // hashed). libpq does the same as the server, so each works with psql.
 var saslPasswords = []struct {
 	role, password, why string
-	// clientSideGated: kineticd's own SCRAM check of a client holding this
-	// plaintext [[users]] password derives it with xdg-go's textbook
-	// SASLprep (proxy/authenticate.go storedCredentials), which differs
-	// from PostgreSQL's here.
-	clientSideGated bool
 }{
-	{"sasl_roman", "pass\u2168word", "U+2168 ROMAN NUMERAL NINE: NFKC gives IX (pgx keeps it: NFC)", false},
-	{"sasl_nbsp", "pass\u00a0word", "U+00A0 NO-BREAK SPACE maps to a space", false},
-	{"sasl_fullwidth", "\uff50\uff41\uff53\uff53\uff17", "fullwidth letters: NFKC gives ASCII (pgx keeps them: NFC)", false},
-	{"sasl_zwsp", "pa\u200bss-word", "U+200B maps to a space in PostgreSQL (C.1.2 before B.1), to nothing in textbook SASLprep", true},
-	{"sasl_u0340", "pa\u0340ss-word", "U+0340 is prohibited before normalisation in PostgreSQL: the raw password is hashed", true},
-	{"sasl_bidi", "\u05d0ae\u0301\u05d1", "fails the bidi rule: the raw password, not its NFC form (pgx: NFC)", false},
-	{"sasl_emoji", "pw\U0001F600-word", "unassigned in Unicode 3.2: the raw password", false},
-	{"sasl_shy", "\u00ad", "maps to nothing: the raw password (textbook SASLprep: the empty string)", true},
+	{"sasl_roman", "pass\u2168word", "U+2168 ROMAN NUMERAL NINE: NFKC gives IX (pgx keeps it: NFC)"},
+	{"sasl_nbsp", "pass\u00a0word", "U+00A0 NO-BREAK SPACE maps to a space"},
+	{"sasl_fullwidth", "\uff50\uff41\uff53\uff53\uff17", "fullwidth letters: NFKC gives ASCII (pgx keeps them: NFC)"},
+	{"sasl_zwsp", "pa\u200bss-word", "U+200B maps to a space in PostgreSQL (C.1.2 before B.1), to nothing in textbook SASLprep"},
+	{"sasl_u0340", "pa\u0340ss-word", "U+0340 is prohibited before normalisation in PostgreSQL: the raw password is hashed"},
+	{"sasl_bidi", "\u05d0ae\u0301\u05d1", "fails the bidi rule: the raw password, not its NFC form (pgx: NFC)"},
+	{"sasl_emoji", "pw\U0001F600-word", "unassigned in Unicode 3.2: the raw password"},
+	{"sasl_shy", "\u00ad", "maps to nothing: the raw password (textbook SASLprep: the empty string)"},
 }
 
 // TestServerLoginSASLprep: a password that works directly works through
@@ -48,6 +43,13 @@ var saslPasswords = []struct {
 //     psql (libpq, PostgreSQL's SASLprep) must log in through kineticd as
 //     it does directly, and pgx must get through kineticd exactly what it
 //     gets directly (it fails directly for passwords its NFC changes).
+//     Before kineticd derived the client's SCRAM credentials from a
+//     plaintext secret with pool.SCRAMPassword, it used xdg-go's textbook
+//     SASLprep and psql failed with 28P01 for sasl_zwsp, sasl_u0340 and
+//     sasl_shy.
+//   - stored verifier: a [[users]] entry whose secret is the verifier
+//     PostgreSQL stored for the role (no SASLprep on kineticd's side at
+//     all); psql logs in with the role's password.
 func TestServerLoginSASLprep(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 120*time.Second)
@@ -60,6 +62,12 @@ func TestServerLoginSASLprep(t *testing.T) {
 		fmt.Fprintf(&extra, "\n[[users]]\nname = %q\npassword = \"client-secret\"\nbackend_user = %q\nbackend_password = %s\n",
 			p.role+"_via", p.role, tomlString(p.password))
 		fmt.Fprintf(&extra, "\n[[users]]\nname = %q\npassword = %s\n", p.role, tomlString(p.password))
+		verifier, err := cl.Primary.QueryString(ctx, "select rolpassword from pg_authid where rolname = "+sqlQuote(p.role))
+		if err != nil || !strings.HasPrefix(verifier, "SCRAM-SHA-256$") {
+			t.Fatalf("%s's verifier: %q, %v", p.role, verifier, err)
+		}
+		fmt.Fprintf(&extra, "\n[[users]]\nname = %q\npassword = %q\nbackend_user = %q\nbackend_password = %s\n",
+			p.role+"_verifier", verifier, p.role, tomlString(p.password))
 	}
 	px := kinetictest.Start(t, cl, kinetictest.Params{Extra: extra.String()})
 
@@ -87,11 +95,7 @@ func TestServerLoginSASLprep(t *testing.T) {
 
 			t.Run("end to end", func(t *testing.T) {
 				r := psql(t, ctx, conninfo(px.Port(), p.role), env, nil, "-Atc", "select current_user")
-				ok := r.code == 0 && strings.TrimSpace(r.stdout) == p.role
-				if !ok && p.clientSideGated && !newChecksEnabled() {
-					t.Skipf("known difference (set KINETIC_COMPAT_NEW=1 to check): proxy/authenticate.go derives the client's SCRAM credentials from a plaintext secret with textbook SASLprep, not PostgreSQL's (pool.SCRAMPassword); psql through kineticd:\n%s", r)
-				}
-				if !ok {
+				if r.code != 0 || strings.TrimSpace(r.stdout) != p.role {
 					t.Fatalf("psql works directly but not through kineticd:\n%s", r)
 				}
 				direct, derr := pgx.Connect(ctx, cl.Primary.DSN(p.role, p.password, pgtest.AppDB))
@@ -103,9 +107,6 @@ func TestServerLoginSASLprep(t *testing.T) {
 					via.Close(ctx)
 				}
 				if (derr == nil) != (verr == nil) {
-					if p.clientSideGated && !newChecksEnabled() {
-						t.Skipf("known difference (set KINETIC_COMPAT_NEW=1 to check): proxy/authenticate.go's textbook SASLprep; pgx directly: %v; through kineticd: %v", derr, verr)
-					}
 					t.Fatalf("pgx directly: %v; through kineticd: %v", derr, verr)
 				}
 				if derr != nil && pgCode(derr) != "28P01" {
@@ -113,6 +114,13 @@ func TestServerLoginSASLprep(t *testing.T) {
 				}
 				if verr != nil && pgCode(verr) != "28P01" {
 					t.Fatalf("pgx through kineticd: %v, want 28P01 like directly", verr)
+				}
+			})
+
+			t.Run("stored verifier", func(t *testing.T) {
+				r := psql(t, ctx, conninfo(px.Port(), p.role+"_verifier"), env, nil, "-Atc", "select current_user")
+				if r.code != 0 || strings.TrimSpace(r.stdout) != p.role {
+					t.Fatalf("psql with the role's verifier as the [[users]] secret:\n%s", r)
 				}
 			})
 		})
