@@ -144,31 +144,39 @@ func (ss *session) admit() (isCancel bool, err error) {
 // packet belongs: a client saying goodbye before it logged in.
 var errTerminateBeforeStartup = errors.New("Terminate before the startup packet")
 
+// errInvalidStartupLength is any other startup packet length outside
+// 8..10004 (the length word counts itself; the packet after it is 4 to
+// 10 000 bytes).
+var errInvalidStartupLength = errors.New("invalid length of startup packet")
+
 // startupReadError turns a failure to frame a startup-phase packet into what
-// PostgreSQL 15 does (postmaster.c, ProcessStartupPacket):
+// PostgreSQL 15 does (postmaster.c, ProcessStartupPacket): it closes the
+// connection without a word. Nothing is sent to the client, whatever the
+// bytes were; only the log says why.
 //
-//   - EOF before any byte: close without a word; nothing is logged (service
-//     monitors and port scanners do this all the time).
-//   - EOF inside the length word or the packet: close without a word;
-//     PostgreSQL logs "incomplete startup packet" (a COMMERROR, which goes
-//     to the server log only), we log it at debug level.
+//   - EOF before any byte: nothing is logged (service monitors and port
+//     scanners do this all the time).
+//   - EOF inside the length word or the packet: PostgreSQL logs
+//     "incomplete startup packet" (a COMMERROR, which goes to the server log
+//     only), we log it at debug level.
 //   - A Terminate message ('X', length 4) where the packet belongs:
 //     PostgreSQL reads 'X',0,0,0 as a length of 1476395008, logs "invalid
-//     length of startup packet" and closes without sending anything. So do
-//     we, logging at debug level.
-//   - Any other length outside 8..10000: PostgreSQL also closes silently,
-//     but kineticd answers FATAL 08P01 "invalid length of startup packet"
-//     (docs/behaviour.md, Connecting): garbage is not a goodbye, and the
-//     answer tells a misconfigured client what went wrong.
+//     length of startup packet" and closes. We log it at debug level: it
+//     is a goodbye.
+//   - Any other length outside 8..10004: PostgreSQL logs "invalid length
+//     of startup packet" and closes. We log it at info level with the
+//     length (errInvalidStartupLength), like a refused connection: the
+//     client is misconfigured or hostile, and it is not told.
 //
-// Errors wrapped in errClientGone are never answered (rejectStartup).
+// Errors wrapped in errClientGone are never answered (rejectStartup), and
+// the connection is closed at once: nothing more is read.
 func startupReadError(r *bufio.Reader, err error) error {
 	switch {
 	case errors.Is(err, wire.ErrBadLength):
 		if b, _ := r.Peek(4); string(b) == "X\x00\x00\x00" {
 			return errClientGone{errTerminateBeforeStartup}
 		}
-		return protocolViolation("invalid length of startup packet")
+		return errClientGone{fmt.Errorf("%w (%v)", errInvalidStartupLength, err)}
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return errClientGone{fmt.Errorf("incomplete startup packet: %w", err)}
 	}
@@ -292,7 +300,10 @@ func (e errClientGone) Unwrap() error { return e.err }
 func (ss *session) rejectStartup(err error) {
 	var gone errClientGone
 	if errors.As(err, &gone) {
-		if !errors.Is(err, io.EOF) {
+		switch {
+		case errors.Is(err, errInvalidStartupLength):
+			ss.log.Info("connection closed without an answer", zap.Error(err))
+		case !errors.Is(err, io.EOF):
 			ss.log.Debug("client left during startup", zap.Error(err))
 		}
 		return

@@ -125,6 +125,77 @@ func TestAdmitClosesSilentlyBeforeStartup(t *testing.T) {
 	})
 }
 
+// A startup packet length outside 8..10004 closes the connection at once
+// and without a word, as PostgreSQL 15 does (it logs "invalid length of
+// startup packet"). The client keeps its side open: the proxy must not wait
+// for more bytes or for the login timeout (a minute here) before closing.
+// Checked against a real server in test/e2e TestStartupCloseLikePostgres.
+func TestAdmitInvalidStartupLengthClosesAtOnce(t *testing.T) {
+	s := testServer(t, time.Minute)
+	defer s.Close()
+	ssl := []byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}
+	for _, tc := range []struct {
+		name string
+		in   []byte
+	}{
+		{"length 2^31-1", []byte{0x7f, 0xff, 0xff, 0xff, 0, 3, 0, 0}},
+		{"length 0x7f000000", []byte{0x7f, 0, 0, 0, 0, 3, 0, 0}},
+		{"length 10005", []byte{0, 0, 0x27, 0x15, 0, 3, 0, 0}},
+		{"length 7", []byte{0, 0, 0, 7, 0, 3, 0}},
+		{"length 4", []byte{0, 0, 0, 4}},
+		{"length 0", []byte{0, 0, 0, 0}},
+		{"negative length", []byte{0xff, 0xff, 0xff, 0xff, 0, 3, 0, 0}},
+		{"garbage text", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")},
+		{"after a declined SSLRequest", append(append([]byte{}, ssl...), 0, 0, 0, 2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if nc, err := ln.Accept(); err == nil {
+					s.handle(nc)
+				}
+			}()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			start := time.Now()
+			c.SetDeadline(start.Add(5 * time.Second))
+			in := tc.in
+			if bytes.HasPrefix(in, ssl) {
+				c.Write(ssl)
+				b := make([]byte, 1)
+				if _, err := io.ReadFull(c, b); err != nil || b[0] != 'N' {
+					t.Fatalf("SSLRequest answered %q, %v", b, err)
+				}
+				in = in[len(ssl):]
+			}
+			if _, err := c.Write(in); err != nil {
+				t.Fatal(err)
+			}
+			out, err := io.ReadAll(c)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("connection still open after %v (answered %q so far)", time.Since(start).Round(time.Millisecond), out)
+			}
+			if err != nil && !isConnReset(err) {
+				t.Fatal(err)
+			}
+			if len(out) != 0 {
+				t.Fatalf("proxy answered %q, want nothing", out)
+			}
+			<-done
+		})
+	}
+}
+
 // During authentication PostgreSQL 15 stays silent on EOF before the next
 // message (psql does this before prompting for a password) and answers
 // another message type with FATAL 08P01. A SASL message cut short by EOF,

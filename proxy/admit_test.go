@@ -116,6 +116,9 @@ func errorIn(out []byte) *pgproto3.ErrorResponse {
 	return nil
 }
 
+// TestAdmitErrors: what the proxy answers before authentication ends.
+// Invalid startup packet lengths get no answer at all, as from PostgreSQL
+// (TestAdmitInvalidStartupLengthClosesAtOnce).
 func TestAdmitErrors(t *testing.T) {
 	s := testServer(t, 2*time.Second)
 	defer s.Close()
@@ -124,8 +127,6 @@ func TestAdmitErrors(t *testing.T) {
 		in   []byte
 		code string
 	}{
-		{"huge startup length", []byte{0x7f, 0, 0, 0, 0, 3, 0, 0}, "08P01"},
-		{"tiny startup length", []byte{0, 0, 0, 4}, "08P01"},
 		{"no user", startupPacket(map[string]string{"database": "app"}), "28000"},
 		{"protocol 2", []byte{0, 0, 0, 8, 0, 2, 0, 0}, "08P01"},
 		{"unknown user gets the SCRAM challenge, then fails", append(startupPacket(map[string]string{"user": "nobody"}), 'p', 0, 0, 0, 4), "08P01"},

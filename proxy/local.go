@@ -47,6 +47,11 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 	d := ds[0]
 	if name, ok := kineticShowName(d.text); ok {
 		ss.waitIdle()
+		ss.unnamed = stmtInfo{} // a simple Query destroys it, also one the proxy answers
+		ss.forgetLocalOnQuery()
+		if ss.txStatus() == 'E' {
+			return true, ss.failUnit(abortedTx(), false)
+		}
 		value, e := ss.kineticShow(name)
 		if e != nil {
 			return true, ss.failUnit(e, false)
@@ -59,6 +64,11 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 	st := d.Statements[0]
 	if st.Effect == classify.EffectSet && strings.HasPrefix(strings.ToLower(st.Setting.Name), "pg_kinetic.") {
 		ss.waitIdle()
+		ss.unnamed = stmtInfo{}
+		ss.forgetLocalOnQuery()
+		if ss.txStatus() == 'E' {
+			return true, ss.failUnit(abortedTx(), false)
+		}
 		tag, e := ss.kineticSet(st.Setting)
 		if e != nil {
 			return true, ss.failUnit(e, false)

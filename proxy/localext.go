@@ -75,6 +75,11 @@ func containsFold(s, w string) bool {
 // following the names the batch defines in order. nil when there are none
 // (the common case costs one scan of the Parse texts).
 func (ss *session) localPlan(b *batch) []bool {
+	if len(ss.kportals) > 0 && ss.isIdle() {
+		// Portals end with their transaction, the proxy's as the
+		// server's.
+		clear(ss.kportals)
+	}
 	if len(ss.kstmts) == 0 && len(ss.kportals) == 0 {
 		any := false
 		for _, m := range b.msgs {
@@ -239,7 +244,10 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 		if failed {
 			break
 		}
-		if l != nil && written > 0 {
+		if l != nil {
+			// Everything before this message in the unit (this batch's
+			// server messages, or an open unit's earlier ones) is
+			// answered first; an error there fails the rest.
 			ok, err := ss.barrier(l, closes)
 			closes = 0
 			if err != nil {
@@ -376,6 +384,9 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 		}
 		return nil
 	}
+	if ss.txStatus() == 'E' && typ != 'C' {
+		return abortedTx()
+	}
 	switch typ {
 	case 'P':
 		var p pgproto3.Parse
@@ -460,6 +471,12 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 	return protoErr(codeProtocolViolation, "unexpected message type %q", typ)
 }
 
+// abortedTx is PostgreSQL's answer to a statement in a failed transaction.
+func abortedTx() *pgproto3.ErrorResponse {
+	return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeInFailedTx,
+		Message: "current transaction is aborted, commands ignored until end of transaction block"}
+}
+
 // rowDescription describes SHOW's one text column.
 func rowDescription(column string, text bool) *pgproto3.RowDescription {
 	f := pgproto3.FieldDescription{Name: []byte(column), DataTypeOID: 25, DataTypeSize: -1, TypeModifier: -1}
@@ -467,6 +484,28 @@ func rowDescription(column string, text bool) *pgproto3.RowDescription {
 		f.Format = 1 // text's binary form is its bytes
 	}
 	return &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{f}}
+}
+
+// isIdle reports whether the session owes nothing and has no transaction
+// or batch open.
+func (ss *session) isIdle() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.idleLocked()
+}
+
+// forgetServerUnnamed notes a client's Parse (statement "") or Bind
+// (portal "") that goes to a server: it replaces a local unnamed
+// statement or portal, as on a server.
+func (ss *session) forgetServerUnnamed(typ byte, name string) {
+	if name != "" {
+		return
+	}
+	if typ == 'P' {
+		delete(ss.kstmts, "")
+	} else {
+		delete(ss.kportals, "")
+	}
 }
 
 // forgetLocalOnQuery: a simple Query destroys the unnamed statement and

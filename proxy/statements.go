@@ -104,6 +104,17 @@ func (ss *session) ensureStatement(l *link, name string) error {
 	var want stmtInfo
 	if name == "" {
 		want = ss.unnamed
+		if want.parse == nil && l.st.unnamed != "" {
+			// The client has no unnamed statement any more (a simple
+			// Query the proxy answered, or a local Parse, replaced it),
+			// but the server still holds an old one: drop it, so the
+			// Bind fails with 26000 as directly.
+			if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S'}, '3'); err != nil {
+				return err
+			}
+			l.st.unnamed = ""
+			return nil
+		}
 		if want.parse == nil || l.st.unnamed == string(want.parse) {
 			return nil
 		}
@@ -217,6 +228,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			return nil // malformed: the server rejects it
 		}
 		info := stmtInfo{query: query, parse: append([]byte(nil), body...)}
+		ss.forgetServerUnnamed('P', name)
 		if name == "" {
 			ss.unnamed = info
 			l.st.unnamed = string(info.parse)
@@ -234,6 +246,9 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		ss.stmts[name] = info
 		l.st.prepared[name] = string(info.parse)
 	case 'B':
+		if portal, _, err := cstring(body); err == nil {
+			ss.forgetServerUnnamed('B', portal)
+		}
 		if name, err := bindStatement(body); err == nil {
 			return ss.ensureStatement(l, name)
 		}
