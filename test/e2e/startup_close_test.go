@@ -23,8 +23,9 @@ import (
 // TestStartupCloseLikePostgres sends the same bytes to PostgreSQL and to
 // kineticd, closes the write side (EOF), and compares what each answered
 // before closing. PostgreSQL 15 (postmaster.c ProcessStartupPacket) closes
-// silently on EOF before or inside the startup packet and on a Terminate
-// where the packet belongs (read as an invalid length), logging only. In authentication it says nothing on
+// silently on EOF before or inside the startup packet, on any invalid
+// startup packet length, and on a Terminate where the packet belongs (read
+// as an invalid length), logging only. In authentication it says nothing on
 // EOF before a message and answers another message type with FATAL 08P01;
 // a SCRAM message (auth-sasl.c) cut short by EOF or with an invalid length
 // fails the login (FATAL 28P01), an md5 password message (auth.c
@@ -68,6 +69,12 @@ func TestStartupCloseLikePostgres(t *testing.T) {
 		{name: "Terminate before the startup packet", in: terminate},
 		{name: "Terminate after a declined SSLRequest", in: cat(ssl, terminate)},
 		{name: "EOF after a declined SSLRequest", in: ssl},
+		{name: "startup length too large", in: []byte{0x7f, 0xff, 0xff, 0xff, 0, 3, 0, 0}},
+		{name: "startup length 10005", in: cat([]byte{0, 0, 0x27, 0x15}, startup[4:])},
+		{name: "startup length 4", in: []byte{0, 0, 0, 4}},
+		{name: "startup length 7", in: []byte{0, 0, 0, 7, 0, 3, 0}},
+		{name: "startup length negative", in: []byte{0xff, 0xff, 0xff, 0xf0, 0, 3, 0, 0}},
+		{name: "invalid startup length after a declined SSLRequest", in: cat(ssl, []byte{0, 0, 0, 2})},
 		{name: "EOF in authentication before a message", in: startup},
 		{name: "EOF in authentication after SASLInitialResponse", in: cat(startup, sasl)},
 		{name: "Terminate in authentication", in: cat(startup, terminate)},
