@@ -266,6 +266,11 @@ func transaction(t *pg.TransactionStmt) Statement {
 		switch accessMode(t.GetOptions()) {
 		case modeReadOnly:
 			st.Tx = TxBeginReadOnly
+			if serializable(t.GetOptions()) {
+				// A hot standby cannot run a serializable transaction
+				// (0A000); the primary can, read only.
+				st.Tx = TxBegin
+			}
 		case modeReadWrite:
 			st.Tx = TxBeginReadWrite
 		default:
@@ -287,6 +292,28 @@ func transaction(t *pg.TransactionStmt) Statement {
 		st = write()
 	}
 	return st
+}
+
+// serializable reports whether transaction options ask for the
+// SERIALIZABLE isolation level.
+func serializable(opts []*pg.Node) bool {
+	for _, o := range opts {
+		de := o.GetDefElem()
+		if de == nil || de.GetDefname() != "transaction_isolation" {
+			continue
+		}
+		var v string
+		switch a := de.GetArg().GetNode().(type) {
+		case *pg.Node_String_:
+			v = a.String_.GetSval()
+		case *pg.Node_AConst:
+			v = a.AConst.GetSval().GetSval()
+		}
+		if strings.EqualFold(v, "serializable") {
+			return true
+		}
+	}
+	return false
 }
 
 type accessModeT uint8

@@ -1069,6 +1069,13 @@ func (ss *session) recordEffects(ds []*classified) {
 					ss.effects = append(ss.effects, effect{kind: st.Effect, setting: more})
 				}
 			case classify.EffectPrepare:
+				_, taken := ss.sqlPrepared[st.PrepareName]
+				if _, parsed := ss.stmts[st.PrepareName]; parsed {
+					taken = true
+				}
+				if taken {
+					continue // the server refuses it (42P05): the client's stays
+				}
 				if len(dec.Statements) == 1 && st.Inner != nil {
 					ss.sqlPrepared[st.PrepareName] = sqlPrep{text: strings.TrimSpace(dec.text), inner: st.Inner.Kind}
 				}

@@ -121,7 +121,9 @@ func (ss *session) ensureStatement(l *link, name string) error {
 	} else {
 		var ok bool
 		if want, ok = ss.stmts[name]; !ok {
-			return nil // unknown to the client too: the server reports it
+			// SQL PREPARE and Parse share one namespace: a statement the
+			// client PREPAREd may be Bound or Described too.
+			return ss.ensureSQLStatement(l, name)
 		}
 		if have, ok := l.st.prepared[name]; ok {
 			if have == string(want.parse) {
@@ -170,7 +172,18 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 				continue
 			}
 			if !seen[n] && n != "" {
-				if _, known := ss.stmts[n]; !known {
+				if _, known := ss.stmts[n]; known {
+					// The client's statement of that name must exist where
+					// the Parse runs, so the server refuses the duplicate
+					// (42P05) as the client's own server would.
+					if err := ss.ensureStatement(l, n); err != nil {
+						return err
+					}
+				} else if _, known := ss.sqlPrepared[n]; known {
+					if err := ss.ensureStatement(l, n); err != nil {
+						return err
+					}
+				} else {
 					if _, stale := l.st.prepared[n]; stale {
 						// Left on this server after the client closed it
 						// elsewhere: make room for the client's new one.
@@ -218,6 +231,26 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 	return nil
 }
 
+// ensureSQLStatement replays the client's SQL PREPARE of name on l when
+// l does not hold it as the client prepared it; nothing when the client
+// has no such statement (the server reports it).
+func (ss *session) ensureSQLStatement(l *link, name string) error {
+	want, ok := ss.sqlPrepared[name]
+	if !ok || l.st.sqlPrepared[name] == want.text {
+		return nil
+	}
+	if _, has := l.st.sqlPrepared[name]; has {
+		if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(name)}, 'Z'); err != nil {
+			return err
+		}
+	}
+	if err := ss.inject(l, &pgproto3.Query{String: want.text}, 'Z'); err != nil {
+		return err
+	}
+	l.st.sqlPrepared[name] = want.text
+	return nil
+}
+
 // trackFrontend updates the session's statement bookkeeping for a client
 // message about to be written to l, injecting what l needs first.
 func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
@@ -234,14 +267,11 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			l.st.unnamed = string(info.parse)
 			return nil
 		}
-		if _, known := ss.stmts[name]; !known {
-			if _, stale := l.st.prepared[name]; stale {
-				// Left on this server after the client closed it
-				// elsewhere: make room for the client's new statement.
-				if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3'); err != nil {
-					return err
-				}
-			}
+		if _, known := ss.stmts[name]; known {
+			return nil // the server refuses it (42P05): the client's stays
+		}
+		if _, known := ss.sqlPrepared[name]; known {
+			return nil
 		}
 		ss.stmts[name] = info
 		l.st.prepared[name] = string(info.parse)
@@ -297,6 +327,15 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 			}
 			l.st.sqlPrepared[st.PrepareName] = want.text
 		case classify.EffectPrepare:
+			if _, known := ss.sqlPrepared[st.PrepareName]; known {
+				// The client's statement of that name must exist here,
+				// so the server refuses the duplicate (42P05) as the
+				// client's own server would.
+				if err := ss.ensureSQLStatement(l, st.PrepareName); err != nil {
+					return err
+				}
+				continue
+			}
 			if _, has := l.st.sqlPrepared[st.PrepareName]; has {
 				if _, known := ss.sqlPrepared[st.PrepareName]; !known {
 					if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z'); err != nil {
