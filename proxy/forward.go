@@ -198,6 +198,19 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 					ss.stream, skip = open, skipRest
 					continue
 				}
+				if l.replica && ss.leavesReplica(&one) {
+					// A write (or a statement for the primary) after a read
+					// that a Flush sent to a replica: the replica's part
+					// ends there, and the rest of the unit is routed anew.
+					moved, err := ss.endReplicaStream(l)
+					if err != nil {
+						return false, err
+					}
+					if moved {
+						b.add(one.msgs[0].typ, one.body(one.msgs[0]))
+						continue
+					}
+				}
 				if err := ss.forwardOne(l, &one); err != nil {
 					return false, err
 				}
@@ -392,6 +405,17 @@ func (ss *session) forwardStreamed(l *link, h wire.Header) error {
 // messages are already buffered.
 func (ss *session) forwardOne(l *link, b *batch) error {
 	typ := b.msgs[0].typ
+	if ss.needsStatements(l, b) {
+		// A statement is to be prepared on l in the middle of the
+		// client's batch: what the client sent before is answered first,
+		// so the dropped ParseComplete is the proxy's.
+		if ok, err := ss.barrier(l); err != nil {
+			return err
+		} else if !ok {
+			// The server skips to Sync after an error: so does this.
+			return ss.bufferRaw(l, b)
+		}
+	}
 	if typ == 'P' || typ == 'B' {
 		// Its session effects (SET, PREPARE, pinning) count as a routed
 		// unit's do.
@@ -403,6 +427,64 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 	}
 	if ss.r.Buffered() > 0 && typ != 'H' && typ != 'S' {
 		return nil // more of the client's messages follow in this write
+	}
+	if err := l.conn.W.Flush(); err != nil {
+		return errServerGone
+	}
+	return nil
+}
+
+// leavesReplica reports whether a message of a unit open on a replica,
+// outside a transaction block, may not run there: a Parse or Bind of a
+// statement that is not a read (or asks for the primary).
+func (ss *session) leavesReplica(b *batch) bool {
+	typ := b.msgs[0].typ
+	if typ != 'P' && typ != 'B' || ss.txStatus() != 'I' {
+		return false
+	}
+	u, _ := ss.analyze(b, false)
+	return !u.read || u.hintPrim
+}
+
+// endReplicaStream ends the replica's part of an open unit: once the
+// replica has answered what it was sent, a Sync of the proxy's own ends
+// its implicit transaction (its answer is dropped) and the unit's claim.
+// moved is false when the replica failed the batch meanwhile: it skips to
+// the client's Sync, and so does the rest of the unit, there.
+func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
+	ok, err := ss.barrier(l)
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := ss.inject(l, &pgproto3.Sync{}, 'Z'); err != nil {
+		return false, errServerGone
+	}
+	ss.mu.Lock()
+	ss.unsynced = false
+	ss.mu.Unlock()
+	ss.stream = nil
+	defer ss.unclaim(l)
+	if err := ss.afterUnit(l, ss.streamUnit, false); err != nil {
+		return false, err
+	}
+	if err := l.conn.W.Flush(); err != nil {
+		return false, errServerGone
+	}
+	return true, nil
+}
+
+// bufferRaw writes a batch's messages to l as they are, with no statement
+// bookkeeping (the server skips them), and flushes.
+func (ss *session) bufferRaw(l *link, b *batch) error {
+	for _, m := range b.msgs {
+		body := b.body(m)
+		ss.count(l, m.typ)
+		if err := wire.WriteHeader(l.conn.W, wire.Header{Type: m.typ, Len: len(body)}); err != nil {
+			return errServerGone
+		}
+		if _, err := l.conn.W.Write(body); err != nil {
+			return errServerGone
+		}
 	}
 	if err := l.conn.W.Flush(); err != nil {
 		return errServerGone
@@ -422,8 +504,12 @@ func (ss *session) count(l *link, typ byte) {
 	case 'S':
 		ss.pending++
 		l.batches++
+		l.closes = 0
 		ss.unsynced = false
-	case 'P', 'B', 'E', 'D', 'C':
+	case 'C':
+		l.closes++
+		ss.unsynced = true
+	case 'P', 'B', 'E', 'D':
 		ss.unsynced = true
 	}
 	ss.cur = l
@@ -576,8 +662,11 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			s := ss.sessionInfoLocked()
 			s.fallback = fallback
 			d = ss.decideLocked(s, u, tried, req)
-			if d.target != targetRejected && ss.cur == ss.linkFor(d) {
-				break // same server: pipelining may continue
+			if d.target != targetRejected && ss.cur == ss.linkFor(d) && (u.read || !ss.cur.replica) {
+				// Same server: pipelining may continue. (Not a write
+				// after units on a replica: whether a transaction is still
+				// open there is known when they are answered.)
+				break
 			}
 			ss.cond.Wait() // results from another server are still arriving
 		}

@@ -55,8 +55,13 @@ type link struct {
 	stopping bool
 
 	// barrier is the state of the barrier the session goroutine waits
-	// for (barrierNone, …; localext.go).
+	// for (barrierNone, …; localext.go); closes counts the client's
+	// Close messages written in the current batch since the last barrier.
 	barrier int
+	closes  int
+	// failed is 1 + the batch (rfqs count) in which the server sent an
+	// ErrorResponse, 0 if none: it skips the rest of that batch to Sync.
+	failed uint64
 
 	captured []byte // the DataRow of a WAL position query in progress (reader-owned)
 	held     []byte // messages held back for a retryable read (reader-owned)
@@ -489,6 +494,7 @@ func (ss *session) serverToClient(l *link) error {
 				sawFatal = isFatal(body)
 				ss.mu.Lock()
 				ss.unitErr = true
+				l.failed = l.rfqs + 1
 				ss.mu.Unlock()
 			case 'C':
 				ss.commandComplete(body)

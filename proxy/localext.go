@@ -194,7 +194,6 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 		}
 	}
 	written := 0 // srv messages written to l
-	closes := 0  // client Closes written since the last barrier
 	failed := false
 	writeUpTo := func(i int) error {
 		// Writes the server messages before b's message i.
@@ -208,9 +207,6 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 		var seg batch
 		for _, m := range srv.msgs[written:n] {
 			seg.add(m.typ, srv.body(m))
-			if m.typ == 'C' {
-				closes++
-			}
 		}
 		if l == nil {
 			// The unit's first server messages: route the unit by all of
@@ -248,8 +244,7 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 			// Everything before this message in the unit (this batch's
 			// server messages, or an open unit's earlier ones) is
 			// answered first; an error there fails the rest.
-			ok, err := ss.barrier(l, closes)
-			closes = 0
+			ok, err := ss.barrier(l)
 			if err != nil {
 				return nil, false, err
 			}
@@ -327,10 +322,10 @@ func (ss *session) clearLocalPortals() {
 
 // barrier waits until l has answered every message written before it in
 // the current batch: it writes a Close of a portal nobody has (answered by
-// CloseComplete, never an error) and a Flush. skip is the number of the
-// client's own Closes in flight before it, whose CloseCompletes pass. ok is
+// CloseComplete, never an error) and a Flush. The CloseCompletes of the
+// client's own Closes before it pass (link.closes counts them). ok is
 // false when the server failed the batch first (it then skips to Sync).
-func (ss *session) barrier(l *link, skip int) (ok bool, err error) {
+func (ss *session) barrier(l *link) (ok bool, err error) {
 	buf, _ := (&pgproto3.Close{ObjectType: 'P', Name: "pg_kinetic barrier"}).Encode(nil)
 	buf, _ = (&pgproto3.Flush{}).Encode(buf)
 	ss.mu.Lock()
@@ -338,6 +333,16 @@ func (ss *session) barrier(l *link, skip int) (ok bool, err error) {
 		ss.mu.Unlock()
 		return false, errServerGone
 	}
+	if l.failed == l.batches+1 {
+		// The batch already failed: the server skips to Sync, and would
+		// never answer the barrier.
+		ss.mu.Unlock()
+		return false, nil
+	}
+	// The client's Closes of this batch written since the last barrier
+	// are answered before it, with the same message.
+	skip := l.closes
+	l.closes = 0
 	l.swallow = append(l.swallow, expect{kind: 'b', batch: l.batches, skip: skip})
 	l.barrier = barrierPending
 	if l.parked {

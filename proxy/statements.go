@@ -251,6 +251,58 @@ func (ss *session) ensureSQLStatement(l *link, name string) error {
 	return nil
 }
 
+// needsStatements reports whether writing b to l would first prepare or
+// close a statement there (injectStatements): the conditions of
+// ensureStatement, without writing.
+func (ss *session) needsStatements(l *link, b *batch) bool {
+	for _, m := range b.msgs {
+		body := b.body(m)
+		var name string
+		switch m.typ {
+		case 'P':
+			n, _, err := parseNames(body)
+			if err != nil || n == "" {
+				continue
+			}
+			_, known := ss.stmts[n]
+			_, sqlKnown := ss.sqlPrepared[n]
+			_, stale := l.st.prepared[n]
+			if known || sqlKnown || stale {
+				return true
+			}
+			continue
+		case 'B':
+			n, err := bindStatement(body)
+			if err != nil {
+				continue
+			}
+			name = n
+		case 'D':
+			kind, n, err := describeTarget(body)
+			if err != nil || kind != 'S' {
+				continue
+			}
+			name = n
+		default:
+			continue
+		}
+		if name == "" {
+			if ss.unnamed.parse == nil && l.st.unnamed != "" || ss.unnamed.parse != nil && l.st.unnamed != string(ss.unnamed.parse) {
+				return true
+			}
+			continue
+		}
+		if want, ok := ss.stmts[name]; ok {
+			if l.st.prepared[name] != string(want.parse) {
+				return true
+			}
+		} else if want, ok := ss.sqlPrepared[name]; ok && l.st.sqlPrepared[name] != want.text {
+			return true
+		}
+	}
+	return false
+}
+
 // trackFrontend updates the session's statement bookkeeping for a client
 // message about to be written to l, injecting what l needs first.
 func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
