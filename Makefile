@@ -2,7 +2,10 @@
 #
 #   make test          install deps, build, vet, run every test with -race,
 #                      then the e2e and client suites again in transaction pooling
-#                      (end-to-end tests start real PostgreSQL 15 via test/pgtest)
+#                      (end-to-end tests start real PostgreSQL 15 via test/pgtest),
+#                      then make conformance
+#   make conformance   pgx's own test suite directly and through kineticd in four
+#                      configurations (test/conformance, ~10 minutes, no -race)
 #   make demo          run kineticd in front of a throwaway primary + replica
 #   make build         bin/kineticd
 #   make check-config  validate deploy/kineticd.example.toml
@@ -32,7 +35,7 @@ export GOFLAGS ?= -buildvcs=false
 # Extra flags for go test, e.g. make test GOTESTFLAGS=-v or GOTESTFLAGS='-run Promote'.
 GOTESTFLAGS ?=
 
-.PHONY: all deps build demo test check-config fmt clean bench
+.PHONY: all deps build demo test conformance check-config fmt clean bench
 
 all: build
 
@@ -50,6 +53,16 @@ test: deps build
 	$(GO) test -race -count=1 -timeout 25m $(GOTESTFLAGS) ./...
 	# The end-to-end and client suites once more, in transaction pooling.
 	KINETIC_TEST_POOL_MODE=transaction $(GO) test -race -count=1 -timeout 25m $(GOTESTFLAGS) ./test/e2e/ ./test/compat/
+	$(CONFORMANCE)
+
+# pgx's test suite against PostgreSQL and through kineticd (session and
+# transaction pooling, read routing off and on); test/conformance/doc.go.
+# go test ./... above skips it: it runs only with KINETIC_CONFORMANCE=1.
+# Without -race: kineticd runs as its own binary (kinetictest.StartProcess),
+# and pgx's timing-sensitive tests are meant to run at full speed.
+CONFORMANCE = KINETIC_CONFORMANCE=1 $(GO) test -count=1 -timeout 40m -v ./test/conformance/
+conformance: deps build
+	$(CONFORMANCE)
 
 # make bench: every benchmark, none of them part of make test
 # (test/bench/README.md): the Go micro-benchmarks, the connection-scale run

@@ -1,0 +1,54 @@
+package conformance
+
+// allowed are the only permitted deviations from PostgreSQL: the three
+// classes issue 11 names, each a consequence of what kineticd is, not a
+// defect. An entry may list only a test that fails for exactly that reason.
+//
+//	(a) With read routing on, a unit (an extended-protocol batch up to Sync)
+//	    is classified and routed whole, so the server receives Parse and
+//	    Describe together: a statement_timeout that would fire while the
+//	    server waits between them never does.
+//	(b) In transaction pooling the BackendKeyData PID is the proxy's own (as
+//	    with PgBouncer): pg_terminate_backend of that PID terminates no
+//	    server process, so the session it names lives on.
+//	(c) With read routing on, a statement running on a replica is not in the
+//	    primary's pg_stat_activity, so another connection cannot find or
+//	    cancel it there. (No pgx test fails for this reason today.)
+var allowed = []deviation{
+	// (a) Each test delays the Describe after Parse by 200 ms with
+	// statement_timeout = 100ms and expects 57014.
+	{"*/routed", "pgx.TestPrepareHandlesTimeoutBetweenParseAndDescribe", "(a) unit routed whole: statement_timeout cannot fire between Parse and Describe"},
+	{"*/routed", "pgx.TestPrepareWithDigestedNameHandlesTimeoutBetweenParseAndDescribe", "(a) unit routed whole: statement_timeout cannot fire between Parse and Describe"},
+	{"*/routed", "pgx.TestSendBatchHandlesTimeoutBetweenParseAndDescribe", "(a) unit routed whole: statement_timeout cannot fire between Parse and Describe"},
+
+	// (b) Each runs pg_terminate_backend(conn.PgConn().PID()) from another
+	// connection and expects conn to fail.
+	{"transaction/*", "pgx.TestFatalRxError", "(b) transaction pooling: the BackendKeyData PID is the proxy's, pg_terminate_backend of it ends nothing"},
+	{"transaction/*", "pgx.TestFatalTxError", "(b) transaction pooling: the BackendKeyData PID is the proxy's, pg_terminate_backend of it ends nothing"},
+	{"transaction/*", "pgconn.TestConnCheckConn", "(b) transaction pooling: the BackendKeyData PID is the proxy's, pg_terminate_backend of it ends nothing"},
+	{"transaction/*", "pgconn.TestConnPing", "(b) transaction pooling: the BackendKeyData PID is the proxy's, pg_terminate_backend of it ends nothing"},
+}
+
+// knownOpen are failures of open defects that other work is fixing. They
+// are reported as "open" and do not fail the run, but they are not
+// permitted deviations: an entry goes when its test passes (the run logs
+// each entry whose test passed).
+var knownOpen = []deviation{
+	// Session pooling hands out the real primary PID. Another connection
+	// terminates that backend: directly the session ends (FATAL 57P01).
+	// Through kineticd with routing on it does not: the next read
+	// ("select 1") runs on the replica and succeeds (TestFatalTxError), and
+	// a read running on the terminated backend ("select 1, pg_sleep(10)")
+	// comes back with its rows after 10 s instead of the FATAL
+	// (TestFatalRxError), so it was run again elsewhere. TestFatalRxError
+	// races its query against the termination and fails in some runs only.
+	{"session/routed", "pgx.TestFatalTxError", "primary backend terminated by its PID: the session goes on, the next read succeeds on the replica"},
+	{"session/routed", "pgx.TestFatalRxError", "primary backend terminated mid-query: the read is answered (run again elsewhere) instead of FATAL 57P01"},
+
+	// cache_statement mode: Prepare "ps", then Exec "deallocate ps" as a
+	// cached (named) statement. In transaction pooling the Execute can land
+	// on a server connection where "ps" was never prepared; kineticd does
+	// not prepare it there first. Depends on which pooled connection the
+	// unit gets, so it does not fail every run.
+	{"transaction/*", "pgx.TestDeallocateMissingPreparedStatementStillClearsFromPreparedStatementMap", `SQL DEALLOCATE ps (extended protocol) on a pooled connection without ps: 26000 prepared statement "ps" does not exist`},
+}
