@@ -404,6 +404,7 @@ func (ss *session) forwardStreamed(l *link, h wire.Header) error {
 // noting its session effects, and flushes unless more of the client's
 // messages are already buffered.
 func (ss *session) forwardOne(l *link, b *batch) error {
+	ss.applyClientUndo()
 	typ := b.msgs[0].typ
 	if ss.needsStatements(l, b) {
 		// A statement is to be prepared on l in the middle of the
@@ -533,6 +534,12 @@ func (ss *session) write(l *link, b *batch) error {
 // buffer is write without the flush, so what follows the unit (a WAL
 // position query) leaves in the same syscall.
 func (ss *session) buffer(l *link, b *batch) error {
+	ss.applyClientUndo()
+	ss.mu.Lock()
+	if len(l.undo) > 0 {
+		l.applyServerUndoLocked() // the session goroutine holds a claim on l
+	}
+	ss.mu.Unlock()
 	if err := ss.injectStatements(l, b); err != nil {
 		return errServerGone
 	}
@@ -561,6 +568,7 @@ func (ss *session) buffer(l *link, b *batch) error {
 // or nil when the proxy answered the unit itself (a rejection, a local
 // command, a deferred BEGIN).
 func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
+	ss.applyClientUndo()
 	if f := ss.takeLostPrimary(); f != nil {
 		ss.endWithServerError(f) // the session's backend was terminated
 		return nil, nil

@@ -62,6 +62,9 @@ type link struct {
 	// failed is 1 + the batch (rfqs count) in which the server sent an
 	// ErrorResponse, 0 if none: it skips the rest of that batch to Sync.
 	failed uint64
+	// ops are the client's Parses and Closes not answered yet; undo
+	// those the server refused or skipped, for l.st (statements.go).
+	ops, undo []stmtOp
 
 	captured []byte // the DataRow of a WAL position query in progress (reader-owned)
 	held     []byte // messages held back for a retryable read (reader-owned)
@@ -439,6 +442,8 @@ func (ss *session) serverToClient(l *link) error {
 			}
 			ss.mu.Lock()
 			ss.unitErr = true
+			l.failed = l.rfqs + 1
+			ss.batchFailedLocked(l)
 			ss.mu.Unlock()
 			if err := ss.relayHeld(l); err != nil {
 				ss.conn.Close()
@@ -475,6 +480,16 @@ func (ss *session) serverToClient(l *link) error {
 		werr := wire.WriteHeader(ss.out(), h)
 		switch {
 		case werr != nil:
+		case h.Type == '1' || h.Type == '3':
+			if err = wire.Copy(ss.out(), srv.R, h.Len); err != nil {
+				var we *wire.WriteError
+				if errors.As(err, &we) {
+					werr, err = we.Err, nil
+				}
+			}
+			ss.mu.Lock()
+			l.stmtAnsweredLocked(h.Type)
+			ss.mu.Unlock()
 		case h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' && h.Len <= wire.MaxSmallBodyLen*100 || h.Type == 'C':
 			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
 				break
@@ -495,6 +510,7 @@ func (ss *session) serverToClient(l *link) error {
 				ss.mu.Lock()
 				ss.unitErr = true
 				l.failed = l.rfqs + 1
+				ss.batchFailedLocked(l)
 				ss.mu.Unlock()
 			case 'C':
 				ss.commandComplete(body)
@@ -561,6 +577,8 @@ func (ss *session) releaseIdle(l *link) bool {
 		ss.cond.Wait()
 		l.parked = false
 	}
+	l.applyServerUndoLocked() // no claim is left: the reader owns l's state
+	l.ops = nil
 	l.released = true
 	if ss.primary == l {
 		ss.primary = nil
@@ -648,6 +666,9 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	l.rfqs++
+	for len(l.ops) > 0 && l.ops[0].batch < l.rfqs {
+		l.ops = l.ops[1:] // answered without a confirmation we could match
+	}
 	ss.pending--
 	ss.tx = status
 	if status == 'I' {

@@ -75,6 +75,7 @@ func containsFold(s, w string) bool {
 // following the names the batch defines in order. nil when there are none
 // (the common case costs one scan of the Parse texts).
 func (ss *session) localPlan(b *batch) []bool {
+	ss.applyClientUndo()
 	if len(ss.kportals) > 0 && ss.isIdle() {
 		// Portals end with their transaction, the proxy's as the
 		// server's.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -269,10 +268,15 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 
 // volatility caches, per route and function name, whether any function of
 // that name is VOLATILE in the primary's catalog. Looked up once per name
-// (on a connection of its own), cleared on reload.
+// (on a connection of its own, logged in like the route's sessions:
+// pool.Dialer), cleared on reload.
 type volatility struct {
-	mu    sync.Mutex
-	known map[string]bool // route + "\x00" + name -> volatile
+	mu      sync.Mutex
+	known   map[string]bool       // route + "\x00" + name -> volatile
+	catalog map[string]*pool.Conn // route -> connection, made on first use
+	// conns held the pgconn connections the lookups used to run on. It is
+	// unused; it stays only because server.go (not part of this change)
+	// still initialises it. Remove both together.
 	conns map[string]*pgconn.PgConn
 }
 
@@ -280,12 +284,17 @@ type volatility struct {
 func (v *volatility) reset() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for k, c := range v.conns {
-		c.Close(context.Background())
-		delete(v.conns, k)
+	for k, c := range v.catalog {
+		c.Terminate(time.Second)
+		delete(v.catalog, k)
 	}
 	clear(v.known)
 }
+
+// volatilitySQL looks up names (a text[] literal, pgTextArray) in pg_proc:
+// one row per name, true when any function of that name is VOLATILE or
+// none exists.
+const volatilitySQL = "select n, coalesce(bool_or(p.provolatile = 'v'), true) from unnest(%s::text[]) n left join pg_catalog.pg_proc p on p.proname = n group by n"
 
 // anyVolatile reports whether any of funcs is VOLATILE on the session's
 // primary. An unknown answer (lookup failed) counts as volatile: primary.
@@ -306,30 +315,48 @@ func (s *Server) anyVolatile(ss *session, funcs []string) bool {
 	if len(missing) == 0 {
 		return false
 	}
-	conn := v.conns[ss.route.Name]
-	if conn == nil || conn.IsClosed() {
-		buser, bpass := ss.userCfg.Backend()
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.connectTimeout)
-		defer cancel()
-		c, err := s.dialCatalog(ctx, ss.route.Primary.Address, buser, bpass, ss.route.BackendDB(), ss.cfg.Server.BackendTLSMode)
-		if err != nil {
-			ss.log.Warn("cannot look up function volatility; treating as volatile", zap.Error(err))
-			return true
+	sql := fmt.Sprintf(volatilitySQL, pool.QuoteLiteral(pgTextArray(missing)))
+	var rows [][][]byte
+	var err error
+	// A connection kept from an earlier lookup may have been closed by the
+	// server since (a restart): then the lookup runs once more on a new one.
+	for attempt := 0; attempt < 2; attempt++ {
+		conn, reused := v.catalog[ss.route.Name], true
+		if conn == nil {
+			buser, bpass := ss.userCfg.Backend()
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.connectTimeout)
+			conn, err = s.dialCatalog(ctx, ss.route.Primary.Address, buser, bpass, ss.route.BackendDB(), ss.cfg.Server.BackendTLSMode)
+			cancel()
+			if err != nil {
+				ss.log.Warn("cannot look up function volatility; treating as volatile", zap.Error(err))
+				return true
+			}
+			if v.catalog == nil {
+				v.catalog = make(map[string]*pool.Conn)
+			}
+			v.catalog[ss.route.Name], reused = conn, false
 		}
-		v.conns[ss.route.Name] = c
-		conn = c
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rows, err = conn.Query(ctx, sql)
+		cancel()
+		if conn.Broken() {
+			conn.Close()
+			delete(v.catalog, ss.route.Name)
+		}
+		if err == nil || !reused || !conn.Broken() {
+			break
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	res := conn.ExecParams(ctx,
-		"select n, coalesce(bool_or(p.provolatile = 'v'), true) from unnest($1::text[]) n left join pg_catalog.pg_proc p on p.proname = n group by n",
-		[][]byte{[]byte(pgTextArray(missing))}, nil, nil, nil).Read()
-	if res.Err != nil {
-		ss.log.Warn("function volatility lookup failed; treating as volatile", zap.Error(res.Err))
+	if err != nil {
+		ss.log.Warn("function volatility lookup failed; treating as volatile", zap.Error(err))
 		return true
 	}
 	any := false
-	for _, row := range res.Rows {
+	for _, row := range rows {
+		if len(row) != 2 || row[0] == nil {
+			ss.log.Warn("function volatility lookup: unexpected row; treating as volatile", zap.Int("columns", len(row)))
+			return true
+		}
 		vol := string(row[1]) == "t"
 		v.known[ss.route.Name+"\x00"+string(row[0])] = vol
 		any = any || vol
@@ -337,21 +364,17 @@ func (s *Server) anyVolatile(ss *session, funcs []string) bool {
 	return any
 }
 
-func (s *Server) dialCatalog(ctx context.Context, addr, user, pass, db, tlsMode string) (*pgconn.PgConn, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
+// dialCatalog opens the connection volatility lookups run on, logged in as
+// a session of the route would be (pool.Dialer: PostgreSQL's own SASLprep
+// for SCRAM passwords, raw bytes for md5).
+func (s *Server) dialCatalog(ctx context.Context, addr, user, pass, db, tlsMode string) (*pool.Conn, error) {
 	if tlsMode == "" {
 		tlsMode = "disable"
 	}
-	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host='%s' port=%s sslmode=%s", host, port, tlsMode))
-	if err != nil {
-		return nil, err
-	}
-	cfg.User, cfg.Password, cfg.Database = user, pass, db
-	cfg.RuntimeParams = map[string]string{"application_name": "kineticd catalog"}
-	return pgconn.ConnectConfig(ctx, cfg)
+	return pool.Dialer{TLSMode: tlsMode}.Dial(ctx, addr, pool.Credentials{
+		User: user, Password: pass, Database: db,
+		Params: map[string]string{"application_name": "kineticd catalog"},
+	})
 }
 
 // pgTextArray renders names as a PostgreSQL text[] literal.

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -92,6 +93,11 @@ type session struct {
 	stmts       map[string]stmtInfo // protocol-level named statements the client prepared
 	unnamed     stmtInfo            // the client's unnamed statement
 	sqlPrepared map[string]sqlPrep  // SQL-level PREPARE name -> statement
+	// undo: statement changes the server refused or skipped, to undo on
+	// the client's side (applyClientUndo); under mu, hasUndo says so
+	// without it.
+	undo        []stmtOp
+	hasUndo     atomic.Bool
 	kstmts      map[string]kcmd     // extended-protocol pg_kinetic.* statements the proxy answers (localext.go)
 	kportals    map[string]kportal  // and their portals
 	effects     []effect            // of the unit in progress, applied when it ends well

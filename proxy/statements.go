@@ -159,6 +159,12 @@ func (ss *session) ensureStatement(l *link, name string) error {
 // the client's own ParseComplete (pipelines got their answers out of
 // step).
 func (ss *session) injectStatements(l *link, b *batch) error {
+	if ss.txStatus() == 'E' {
+		// In a failed transaction the server refuses the client's Bind
+		// anyway (25P02); a statement of the proxy's would fail first and
+		// cut the batch short before the messages it still answers.
+		return nil
+	}
 	var seen map[string]bool // statement names b itself Parses or Closes, in order
 	// With a limit (localext.go) the whole batch is prepared for now:
 	// its later messages follow without injections between them.
@@ -303,6 +309,133 @@ func (ss *session) needsStatements(l *link, b *batch) bool {
 	return false
 }
 
+// stmtOp is a change a client's Parse or Close makes to the statements
+// it holds, kept on the link until the server answers it: a ParseComplete
+// or CloseComplete confirms it; an ErrorResponse before that means the
+// server refused or skipped it, and the change is undone (undoStmtOps),
+// on the client's side and on the server's record, so a statement the
+// server never took is never prepared elsewhere in its name.
+type stmtOp struct {
+	kind  byte   // 'P' Parse, 'C' Close of a statement, 'c' Close of a portal
+	name  string // statement name
+	batch uint64 // the link's batch it was written in
+	noop  bool   // changes nothing (a Parse the server will refuse, a portal)
+	// set is the Parse body written ("" for a Close); prev/had what the
+	// client held before, prevServer/hadServer what the server held.
+	set                  string
+	prev                 stmtInfo
+	had                  bool
+	prevServer           string
+	hadServer, dropAfter bool
+}
+
+// noteStmtOp queues op on l, in the order the server answers. Callers
+// hold no lock (session goroutine).
+func (ss *session) noteStmtOp(l *link, op stmtOp) {
+	ss.mu.Lock()
+	op.batch = l.batches
+	l.ops = append(l.ops, op)
+	ss.mu.Unlock()
+}
+
+// stmtAnswered confirms the first queued op answered by a ParseComplete
+// ('1') or CloseComplete ('3') the client receives. Callers hold ss.mu.
+func (l *link) stmtAnsweredLocked(t byte) {
+	for i, op := range l.ops {
+		if t == '1' && op.kind == 'P' || t == '3' && op.kind != 'P' {
+			l.ops = append(l.ops[:i], l.ops[i+1:]...)
+			return
+		}
+	}
+}
+
+// batchFailedLocked is called when the client receives a server's error
+// in batch l.rfqs: that batch's unanswered statement ops did not happen.
+// Callers hold ss.mu.
+func (ss *session) batchFailedLocked(l *link) {
+	kept := l.ops[:0]
+	for _, op := range l.ops {
+		if op.batch == l.rfqs && !op.noop {
+			l.undo = append(l.undo, op)
+			ss.undo = append(ss.undo, op)
+			ss.hasUndo.Store(true)
+		} else if op.batch != l.rfqs {
+			kept = append(kept, op)
+		}
+	}
+	l.ops = kept
+}
+
+// applyClientUndo undoes, on the client's side, statement changes the
+// server did not make (session goroutine).
+func (ss *session) applyClientUndo() {
+	if !ss.hasUndo.Load() {
+		return
+	}
+	ss.mu.Lock()
+	ops := ss.undo
+	ss.undo = nil
+	ss.hasUndo.Store(false)
+	ss.mu.Unlock()
+	for i := len(ops) - 1; i >= 0; i-- {
+		op := ops[i]
+		switch {
+		case op.kind == 'P' && op.name == "":
+			if string(ss.unnamed.parse) == op.set {
+				ss.unnamed = op.prev // had or not: prev is the zero stmtInfo then
+			}
+		case op.kind == 'P':
+			if cur, ok := ss.stmts[op.name]; ok && string(cur.parse) == op.set {
+				if op.had {
+					ss.stmts[op.name] = op.prev
+				} else {
+					delete(ss.stmts, op.name)
+				}
+			}
+		case op.kind == 'C' && op.had:
+			if op.name == "" {
+				if ss.unnamed.parse == nil {
+					ss.unnamed = op.prev
+				}
+			} else if _, ok := ss.stmts[op.name]; !ok {
+				ss.stmts[op.name] = op.prev
+			}
+		}
+	}
+}
+
+// applyServerUndoLocked undoes l's record of statement changes its server
+// did not make. Callers hold ss.mu and own l's state: the session
+// goroutine before it writes to l, or l's reader once no claim is left.
+func (l *link) applyServerUndoLocked() {
+	for i := len(l.undo) - 1; i >= 0; i-- {
+		op := l.undo[i]
+		switch {
+		case op.kind == 'P' && op.name == "":
+			if l.st.unnamed == op.set {
+				l.st.unnamed = op.prevServer
+			}
+		case op.kind == 'P':
+			if l.st.prepared[op.name] == op.set {
+				if op.hadServer {
+					l.st.prepared[op.name] = op.prevServer
+				} else {
+					delete(l.st.prepared, op.name)
+				}
+			}
+		case op.kind == 'C' && op.hadServer:
+			if op.name == "" {
+				if l.st.unnamed == "" {
+					l.st.unnamed = op.prevServer
+				}
+			} else if _, ok := l.st.prepared[op.name]; !ok {
+				l.st.prepared[op.name] = op.prevServer
+			}
+		}
+	}
+	l.undo = nil
+}
+
 // trackFrontend updates the session's statement bookkeeping for a client
 // message about to be written to l, injecting what l needs first.
 func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
@@ -314,17 +447,25 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		}
 		info := stmtInfo{query: query, parse: append([]byte(nil), body...)}
 		ss.forgetServerUnnamed('P', name)
+		op := stmtOp{kind: 'P', name: name, set: string(info.parse)}
 		if name == "" {
+			op.prev, op.had = ss.unnamed, ss.unnamed.parse != nil
+			op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
+			ss.noteStmtOp(l, op)
 			ss.unnamed = info
 			l.st.unnamed = string(info.parse)
 			return nil
 		}
-		if _, known := ss.stmts[name]; known {
-			return nil // the server refuses it (42P05): the client's stays
-		}
-		if _, known := ss.sqlPrepared[name]; known {
+		_, known := ss.stmts[name]
+		_, sqlKnown := ss.sqlPrepared[name]
+		if known || sqlKnown {
+			// The server refuses it (42P05): the client's stays.
+			op.noop = true
+			ss.noteStmtOp(l, op)
 			return nil
 		}
+		op.prevServer, op.hadServer = l.st.prepared[name]
+		ss.noteStmtOp(l, op)
 		ss.stmts[name] = info
 		l.st.prepared[name] = string(info.parse)
 	case 'B':
@@ -339,14 +480,27 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			return ss.ensureStatement(l, name)
 		}
 	case 'C':
-		if kind, name, err := describeTarget(body); err == nil && kind == 'S' {
-			if name == "" {
-				ss.unnamed = stmtInfo{}
-				l.st.unnamed = ""
-			} else {
-				delete(ss.stmts, name)
-				delete(l.st.prepared, name)
-			}
+		kind, name, err := describeTarget(body)
+		if err != nil {
+			return nil
+		}
+		if kind != 'S' {
+			ss.noteStmtOp(l, stmtOp{kind: 'c', name: name, noop: true})
+			return nil
+		}
+		op := stmtOp{kind: 'C', name: name}
+		if name == "" {
+			op.prev, op.had = ss.unnamed, ss.unnamed.parse != nil
+			op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
+			ss.noteStmtOp(l, op)
+			ss.unnamed = stmtInfo{}
+			l.st.unnamed = ""
+		} else {
+			op.prev, op.had = ss.stmts[name]
+			op.prevServer, op.hadServer = l.st.prepared[name]
+			ss.noteStmtOp(l, op)
+			delete(ss.stmts, name)
+			delete(l.st.prepared, name)
 		}
 	case 'Q':
 		// A simple Query drops the unnamed statement, on the server and so
