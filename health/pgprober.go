@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
 // probeSQL is the whole probe: one query, one round trip on an open
@@ -61,20 +59,25 @@ const closeTimeout = time.Second
 // The probe that started the dial still fails at its own timeout.
 const DialTimeout = 5 * time.Second
 
-// PGProber is the real Prober: it keeps one pgconn connection per server
-// address open between probes, and runs probeSQL on it. A connection that
-// fails is dropped and the next probe dials again.
+// PGProber is the real Prober: it keeps one connection per server address
+// open between probes, and runs probeSQL on it. A connection that fails is
+// dropped and the next probe dials again.
+//
+// It logs in the way kineticd logs in to serve clients (pool.Dialer: SCRAM
+// with PostgreSQL's own SASLprep, md5 and cleartext with the raw password),
+// so a backend password that works for a route's sessions works for its
+// probes; pgconn's PRECIS/NFC normalisation failed for some (pass\u2168).
 //
 // It is safe for concurrent use. Forget(addr) and Close release
 // connections; after Close, Probe still works but keeps no connection.
 type PGProber struct {
-	user, password, database, sslmode string
+	dialer pool.Dialer      // immutable
+	cred   pool.Credentials // immutable
 
 	mu      sync.Mutex
 	closed  bool
-	idle    map[string]*pgconn.PgConn   // addr -> open connection between probes
-	dialing map[string]*pendingDial     // addr -> connection being made
-	closing map[string][]*pgconn.PgConn // dropped connections pgconn is still cleaning up
+	idle    map[string]*pool.Conn   // addr -> open connection between probes
+	dialing map[string]*pendingDial // addr -> connection being made
 }
 
 // pendingDial is a connection being made in the background. When it ends
@@ -92,17 +95,20 @@ var (
 
 // NewPGProber returns a prober that logs in as user/password to database
 // with TLS per tlsMode (backend_tls_mode: "disable", "prefer" or "require";
-// "" means disable). An invalid mode makes every probe fail with the parse
-// error.
+// "" means disable). An invalid mode makes every probe fail with the
+// dialer's error.
 func NewPGProber(user, password, database, tlsMode string) *PGProber {
 	if tlsMode == "" {
 		tlsMode = "disable"
 	}
 	return &PGProber{
-		user: user, password: password, database: database, sslmode: tlsMode,
-		idle:    make(map[string]*pgconn.PgConn),
+		// The probe's session gets application_name and nothing else:
+		// unlike pgconn, pool.Dialer reads no PG* environment variables.
+		dialer: pool.Dialer{TLSMode: tlsMode},
+		cred: pool.Credentials{User: user, Password: password, Database: database,
+			Params: map[string]string{"application_name": "pg-kinetic health"}},
+		idle:    make(map[string]*pool.Conn),
 		dialing: make(map[string]*pendingDial),
-		closing: make(map[string][]*pgconn.PgConn),
 	}
 }
 
@@ -121,24 +127,23 @@ func (p *PGProber) Probe(ctx context.Context, addr string) (Verdict, error) {
 	}
 	v, err := query(ctx, conn)
 	if err != nil && reused && ctx.Err() == nil {
-		p.drop(addr, conn)
+		conn.Close()
 		if conn, err = p.connect(ctx, addr); err != nil {
 			return Verdict{}, err
 		}
 		v, err = query(ctx, conn)
 	}
 	if err != nil {
-		p.drop(addr, conn)
+		conn.Close()
 		return Verdict{}, err
 	}
 	p.put(addr, conn)
 	return v, nil
 }
 
-// Forget cancels a connection to addr still being made, closes the open
-// one and waits until pgconn has finished cleaning up every connection to
-// addr this prober dropped (pgconn bounds that at 15 s for a server that
-// stopped answering).
+// Forget cancels a connection to addr still being made, waits for that
+// dial to end, and closes the open connection to addr (with a Terminate,
+// bounded by closeTimeout).
 func (p *PGProber) Forget(addr string) {
 	p.mu.Lock()
 	d := p.dialing[addr]
@@ -150,16 +155,9 @@ func (p *PGProber) Forget(addr string) {
 	p.mu.Lock()
 	conn := p.idle[addr]
 	delete(p.idle, addr)
-	closing := p.closing[addr]
-	delete(p.closing, addr)
 	p.mu.Unlock()
 	if conn != nil {
-		closing = append(closing, closeConn(conn))
-	}
-	for _, c := range closing {
-		if c != nil {
-			<-c.CleanupDone()
-		}
+		conn.Terminate(closeTimeout)
 	}
 }
 
@@ -168,14 +166,11 @@ func (p *PGProber) Forget(addr string) {
 func (p *PGProber) Close() {
 	p.mu.Lock()
 	p.closed = true
-	addrs := make(map[string]bool, len(p.idle)+len(p.closing))
+	addrs := make(map[string]bool, len(p.idle)+len(p.dialing))
 	for a := range p.idle {
 		addrs[a] = true
 	}
 	for a := range p.dialing {
-		addrs[a] = true
-	}
-	for a := range p.closing {
 		addrs[a] = true
 	}
 	p.mu.Unlock()
@@ -184,21 +179,17 @@ func (p *PGProber) Close() {
 	}
 }
 
-func (p *PGProber) take(addr string) *pgconn.PgConn {
+func (p *PGProber) take(addr string) *pool.Conn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c := p.idle[addr]
 	delete(p.idle, addr)
-	if c != nil && c.IsClosed() {
-		p.closing[addr] = append(p.closing[addr], c)
-		return nil
-	}
 	return c
 }
 
 // put keeps conn for the next probe of addr, or closes it when the prober
 // is closed or another probe of addr already parked one.
-func (p *PGProber) put(addr string, conn *pgconn.PgConn) {
+func (p *PGProber) put(addr string, conn *pool.Conn) {
 	p.mu.Lock()
 	if !p.closed && p.idle[addr] == nil {
 		p.idle[addr] = conn
@@ -206,57 +197,14 @@ func (p *PGProber) put(addr string, conn *pgconn.PgConn) {
 		return
 	}
 	p.mu.Unlock()
-	p.drop(addr, conn)
-}
-
-// drop closes conn and remembers it until pgconn's cleanup has finished.
-func (p *PGProber) drop(addr string, conn *pgconn.PgConn) {
-	if c := closeConn(conn); c != nil {
-		p.mu.Lock()
-		p.closing[addr] = append(p.closing[addr], c)
-		p.mu.Unlock()
-	}
-	p.prune(addr)
-}
-
-// prune forgets dropped connections whose cleanup has finished.
-func (p *PGProber) prune(addr string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	kept := p.closing[addr][:0]
-	for _, c := range p.closing[addr] {
-		select {
-		case <-c.CleanupDone():
-		default:
-			kept = append(kept, c)
-		}
-	}
-	if len(kept) == 0 {
-		delete(p.closing, addr)
-	} else {
-		p.closing[addr] = kept
-	}
-}
-
-// closeConn closes conn and returns it when pgconn is still cleaning it up
-// in the background (a connection broken mid-query), nil when it is done.
-func closeConn(conn *pgconn.PgConn) *pgconn.PgConn {
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	defer cancel()
-	conn.Close(ctx)
-	select {
-	case <-conn.CleanupDone():
-		return nil
-	default:
-		return conn
-	}
+	conn.Terminate(closeTimeout)
 }
 
 // connect returns a new connection to addr. The connection is made by a
 // background dial bounded by DialTimeout, shared with any earlier probe
 // whose ctx ended while it was under way; when ctx ends first, connect
 // fails and the dial goes on, parking its connection for the next probe.
-func (p *PGProber) connect(ctx context.Context, addr string) (*pgconn.PgConn, error) {
+func (p *PGProber) connect(ctx context.Context, addr string) (*pool.Conn, error) {
 	p.mu.Lock()
 	d := p.dialing[addr]
 	if d == nil {
@@ -285,7 +233,7 @@ func (p *PGProber) connect(ctx context.Context, addr string) (*pgconn.PgConn, er
 // runDial is the background half of connect.
 func (p *PGProber) runDial(ctx context.Context, addr string, d *pendingDial) {
 	defer d.cancel()
-	conn, err := p.dial(ctx, addr)
+	conn, err := p.dialer.Dial(ctx, addr, p.cred)
 	if err == nil {
 		p.put(addr, conn)
 	}
@@ -296,44 +244,16 @@ func (p *PGProber) runDial(ctx context.Context, addr string, d *pendingDial) {
 	close(d.done)
 }
 
-var connStringQuoter = strings.NewReplacer(`\`, `\\`, `'`, `\'`)
-
-func (p *PGProber) dial(ctx context.Context, addr string) (*pgconn.PgConn, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("server address %q: %w", addr, err)
-	}
-	// Host and port go into the connection string so that pgconn derives
-	// its TLS attempts for this TCP address rather than a unix socket
-	// default (see pool.Dialer).
-	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host='%s' port='%s' sslmode='%s'",
-		connStringQuoter.Replace(host), connStringQuoter.Replace(port), connStringQuoter.Replace(p.sslmode)))
-	if err != nil {
-		return nil, err
-	}
-	cfg.User, cfg.Password, cfg.Database = p.user, p.password, p.database
-	// The environment must not shape the probe: PGOPTIONS and friends
-	// would reach the session, and PGTARGETSESSIONATTRS would install a
-	// validator refusing standbys.
-	cfg.RuntimeParams = map[string]string{"application_name": "pg-kinetic health"}
-	cfg.ValidateConnect = nil
-	cfg.AfterConnect = nil
-	return pgconn.ConnectConfig(ctx, cfg)
-}
-
 // query runs probeSQL on conn and decodes its row.
-func query(ctx context.Context, conn *pgconn.PgConn) (Verdict, error) {
-	results, err := conn.Exec(ctx, probeSQL).ReadAll()
+func query(ctx context.Context, conn *pool.Conn) (Verdict, error) {
+	rows, err := conn.Query(ctx, probeSQL)
 	if err != nil {
 		return Verdict{}, err
 	}
-	if len(results) == 1 && results[0].Err != nil {
-		return Verdict{}, results[0].Err
-	}
-	if len(results) != 1 || len(results[0].Rows) != 1 || len(results[0].Rows[0]) != 8 {
+	if len(rows) != 1 || len(rows[0]) != 8 {
 		return Verdict{}, errors.New("probe: unexpected result shape")
 	}
-	return decodeProbeRow(results[0].Rows[0])
+	return decodeProbeRow(rows[0])
 }
 
 // decodeProbeRow turns probeSQL's row (text format; nil is NULL) into the

@@ -126,7 +126,7 @@ func TestPGProberErrors(t *testing.T) {
 		{"wrong password", health.NewPGProber(pgtest.AppUser, "wrong", pgtest.AppDB, ""), c.Primary.Addr(), "password authentication failed"},
 		{"unknown database", health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, "nosuchdb", ""), c.Primary.Addr(), "does not exist"},
 		{"TLS required, server has none", health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB, "require"), c.Primary.Addr(), "server refused TLS"},
-		{"invalid TLS mode", health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB, "sometimes"), c.Primary.Addr(), "sslmode"},
+		{"invalid TLS mode", health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB, "sometimes"), c.Primary.Addr(), "backend TLS mode \"sometimes\""},
 		{"address without port", health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB, ""), "127.0.0.1", "missing port"},
 	}
 	for _, tc := range tests {
@@ -271,4 +271,49 @@ func slowFirstAnswer(t *testing.T, addr string, hold time.Duration) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// A probe logs in as kineticd's sessions do (pool.Dialer), so a backend
+// password that PostgreSQL's SASLprep changes or refuses gets a verdict
+// for every server. Through pgconn (PRECIS, NFC) these logins failed with
+// 28P01 and the servers stayed unreachable.
+func TestPGProberSASLprepPasswords(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // runs last: after the checkers and cluster close
+	c := pgtest.Shared(t)
+	ctx := ctxT(t, time.Minute)
+	for _, tc := range []struct{ role, password string }{
+		{"probe_roman", "pass\u2168word"},         // NFKC: passIXword; pgconn's NFC keeps U+2168
+		{"probe_zwsp", "pa\u200bss-word"},         // PostgreSQL maps U+200B to a space
+		{"probe_u0340", "pa\u0340ss-word"},        // prohibited before normalisation: hashed raw
+		{"probe_fullwidth", "\uff50\uff57\uff17"}, // NFKC: pw7
+	} {
+		t.Run(tc.role, func(t *testing.T) {
+			if err := c.Primary.Exec(ctx, "create role "+tc.role+" login password '"+tc.password+"'"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Primary.Exec(context.Background(), "drop role if exists "+tc.role) })
+			if err := c.WaitReplicated(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ch := checkerFor(t, tc.role, tc.password, pgtest.AppDB, clusterTargets(c))
+			s := waitUntil(t, ch, 20*time.Second, "every server reachable", func(s *health.Snapshot) bool {
+				all := s.All()
+				for _, v := range all {
+					if !v.Reachable {
+						return false
+					}
+				}
+				return len(all) == 1+len(c.Standbys)
+			})
+			for _, v := range s.All() {
+				want := health.RoleStandby
+				if v.Addr == c.Primary.Addr() {
+					want = health.RolePrimary
+				}
+				if v.Detected != want || v.Err != "" || v.SystemID == "" {
+					t.Errorf("%s: %+v, want a %v verdict", v.Addr, v, want)
+				}
+			}
+		})
+	}
 }

@@ -15,7 +15,12 @@
 //   - Idle connections are checked for a closed socket (a non-blocking peek)
 //     before reuse, so a server restart or pg_terminate_backend on an idle
 //     connection never reaches a client.
-//   - All methods are safe for concurrent use. Close closes idle connections
-//     and makes later Acquire calls fail; connections out on loan are closed
-//     when returned.
+//   - Conn.Exec and Conn.Query run the proxy's own simple-protocol queries
+//     (reset, settings; health probes and catalog lookups, which dial with
+//     Dialer outside any Pool) on a connection the caller holds; Query
+//     returns the rows as text and is bounded by its context. A Conn is not
+//     safe for concurrent use.
+//   - All Pool and Manager methods are safe for concurrent use. Close
+//     closes idle connections and makes later Acquire calls fail;
+//     connections out on loan are closed when returned.
 package pool

@@ -182,3 +182,74 @@ func tomlString(s string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+// TestCatalogLookupSASLprepBackendPassword: with read routing on, a
+// function the classifier does not know is looked up in the primary's
+// pg_proc on a connection logged in with the session's backend
+// credentials. That login goes through pool.Dialer like the session's own,
+// so a backend password that needs PostgreSQL's SASLprep works there too:
+// a STABLE function's read goes to a replica, a VOLATILE one to the
+// primary. Through pgconn (PRECIS, NFC) the lookup's login failed with
+// 28P01, every such function counted as volatile, and the STABLE read
+// stayed on the primary.
+func TestCatalogLookupSASLprepBackendPassword(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	const role, password = "sasl_catalog", "pass\u2168word"
+	vol, stab := uniqueIdent("sasl_vol_fn"), uniqueIdent("sasl_stable_fn")
+	if err := cl.Primary.Exec(ctx, "create role "+role+" login password "+sqlQuote(password)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Primary.Exec(context.Background(), "drop role if exists "+role) })
+	direct := connect(t, ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
+	for _, q := range []string{
+		"create function " + vol + "() returns int language sql volatile as 'select inet_server_port()'",
+		"create function " + stab + "() returns int language sql stable as 'select inet_server_port()'",
+	} {
+		if _, err := direct.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		direct.Exec(context.Background(), "drop function if exists "+vol+"(); drop function if exists "+stab+"()")
+	})
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := kinetictest.Params{ReadRoutingMode: "prefer_replica", Extra: fmt.Sprintf(
+		"\n[[users]]\nname = \"sasl_catalog_via\"\npassword = \"client-secret\"\nbackend_user = %q\nbackend_password = %s\n", role, tomlString(password))}
+	for _, s := range cl.Standbys {
+		p.Replicas = append(p.Replicas, s.Addr())
+	}
+	px := kinetictest.Start(t, cl, p)
+	c, err := pgx.Connect(ctx, px.DSN("sasl_catalog_via", "client-secret", pgtest.AppDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	reps := cl.StandbyPorts()
+	port := func(sql string) int {
+		t.Helper()
+		var p int
+		if err := c.QueryRow(ctx, sql).Scan(&p); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return p
+	}
+	// Until the replicas' first verdicts are in, reads go to the primary.
+	deadline := time.Now().Add(20 * time.Second)
+	for !reps[port("select "+stab+"()")] {
+		if time.Now().After(deadline) {
+			t.Fatalf("the STABLE function's read never reached a replica (the volatility lookup fails, or no replica verdict); last route: %s", lastRoute(t, ctx, c))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i := 0; i < 5; i++ {
+		if p := port("select " + vol + "()"); p != cl.Primary.Port {
+			t.Fatalf("volatile function ran on %d, want the primary %d", p, cl.Primary.Port)
+		}
+		if p := port("select " + stab + "()"); !reps[p] {
+			t.Fatalf("stable function ran on %d, want a replica", p)
+		}
+	}
+}
