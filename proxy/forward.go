@@ -569,9 +569,8 @@ func (ss *session) buffer(l *link, b *batch) error {
 // command, a deferred BEGIN).
 func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 	ss.applyClientUndo()
-	if f := ss.takeLostPrimary(); f != nil {
-		ss.endWithServerError(f) // the session's backend was terminated
-		return nil, nil
+	if ss.awaitPrimaryCheck() {
+		return nil, nil // the session's backend was terminated
 	}
 	u, decisions := ss.analyze(b, oversized)
 	if open {
@@ -1183,6 +1182,7 @@ func (ss *session) recordEffects(ds []*classified) {
 					ss.unnamed = stmtInfo{}
 				} else {
 					delete(ss.sqlPrepared, st.PrepareName)
+					delete(ss.stmts, st.PrepareName) // one namespace
 				}
 			}
 		}
@@ -1272,15 +1272,33 @@ func (ss *session) unitEnded() {
 		if ss.cur != nil {
 			// The server that ran them has them; after DISCARD ALL it is
 			// back at its defaults, without the startup settings too.
-			if hasDiscard(ss.effects) {
+			switch {
+			case hasDiscard(ss.effects):
 				ss.cur.st.settings = ""
-			} else {
+			case hasReset(ss.effects):
+				// RESET returned the server to its defaults, not to the
+				// client's startup values, which the session still holds:
+				// replay them before the next unit there.
+				ss.cur.st.settings = settingsUnknown
+			default:
 				ss.cur.st.settings = ss.settingsKey
 			}
 		}
 	}
 	ss.effects = ss.effects[:0]
 	ss.unitErr = false
+}
+
+// settingsUnknown is a serverState.settings no session's key equals.
+const settingsUnknown = "\x00unknown"
+
+func hasReset(es []effect) bool {
+	for _, e := range es {
+		if e.kind == classify.EffectSet && e.setting.Reset {
+			return true
+		}
+	}
+	return false
 }
 
 func hasDiscard(es []effect) bool {

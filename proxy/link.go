@@ -330,10 +330,10 @@ func (ss *session) serverToClient(l *link) error {
 			case !l.replica && !ss.txPool:
 				// Session pooling: the client holds this backend's PID
 				// (BackendKeyData), so its termination (pg_terminate_backend)
-				// ends the session with its FATAL, as directly: at once
-				// when idle, else at the next idle point. A primary that
-				// is shutting down or crashed is an outage the session
-				// rides out on replicas instead (see the 'E' case below).
+				// ends the session with its FATAL at once, as directly. A
+				// primary that is shutting down or crashed is an outage the
+				// session rides out on replicas instead (the 'E' case
+				// below tells them apart).
 				drop, deferFatal = true, true
 			default:
 				// Unsolicited, from a link nobody waits on: anything from
@@ -361,16 +361,22 @@ func (ss *session) serverToClient(l *link) error {
 						srv.Params[ps.Name] = ps.Value
 					}
 				case 'E':
-					if deferFatal && isFatal(body) && ss.serverUp(l.addr) {
+					if deferFatal && isFatal(body) {
+						// Units wait while this is decided (routeBatch).
 						ss.mu.Lock()
-						ss.lostPrimary = append([]byte(nil), body...)
-						idle := ss.pending == 0
+						ss.checkingPrimary = true
 						ss.mu.Unlock()
-						if idle { // the replica's answer ended meanwhile
-							if f := ss.takeLostPrimary(); f != nil {
-								ss.endWithServerError(f)
-							}
+						if ss.serverUp(l.addr) {
+							// Terminated: the session ends with the error,
+							// also when a replica was answering it (its
+							// statement is cancelled, as the server's own
+							// would have been interrupted).
+							ss.endWithServerError(body)
 						}
+						ss.mu.Lock()
+						ss.checkingPrimary = false
+						ss.cond.Broadcast()
+						ss.mu.Unlock()
 					}
 					// Dropped: the client was not told, so a failure that
 					// follows is reported to it by the proxy.
@@ -541,11 +547,7 @@ func (ss *session) serverToClient(l *link) error {
 			return werr
 		}
 		if closeNow {
-			if f := ss.takeLostPrimary(); f != nil {
-				ss.endWithServerError(f)
-			} else {
-				ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
-			}
+			ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
 			return errInterrupted
 		}
 		if h.Type == 'Z' && ss.txPool && ss.releaseIdle(l) {
@@ -682,7 +684,7 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 		}
 	}
 	ss.cond.Broadcast()
-	return ss.pending == 0 && ss.lostPrimary != nil || ss.draining && ss.idleLocked()
+	return ss.draining && ss.idleLocked()
 }
 
 // linkFailed handles a server connection that broke. Losing the primary,

@@ -75,11 +75,10 @@ type session struct {
 	draining bool             // Shutdown asked: close at the next idle point
 	killed   bool             // the session is being closed
 
-	// lostPrimary is the FATAL ErrorResponse (body) with which the
-	// session's primary server connection ended while the client waited
-	// for another server: the session ends with it at its next idle point
-	// (session pooling, where the client holds that backend's identity).
-	lostPrimary []byte
+	// checkingPrimary: the session's primary backend sent a FATAL error
+	// and its reader is finding out whether the server is up (then the
+	// backend was terminated, and so is the session); units wait.
+	checkingPrimary bool
 
 	pinned  string // why the session is pinned to the primary; "" when it is not
 	unitErr bool   // an ErrorResponse reached the client since the last idle point
@@ -202,13 +201,15 @@ func (ss *session) endWithServerError(body []byte) {
 	ss.kill(nil)
 }
 
-// takeLostPrimary returns and clears lostPrimary.
-func (ss *session) takeLostPrimary() []byte {
+// awaitPrimaryCheck waits while the primary's reader decides whether a
+// FATAL error it got ends the session, and reports whether it did.
+func (ss *session) awaitPrimaryCheck() (killed bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	f := ss.lostPrimary
-	ss.lostPrimary = nil
-	return f
+	for ss.checkingPrimary && !ss.killed {
+		ss.cond.Wait()
+	}
+	return ss.killed
 }
 
 func (ss *session) isKilled() bool {

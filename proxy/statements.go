@@ -561,7 +561,16 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 				continue
 			}
 			// DEALLOCATE runs where the session's statement may never
-			// have been prepared: replay it first, as for EXECUTE.
+			// have been prepared: replay it first, as for EXECUTE. A
+			// statement of the client's Parse is deallocated by name too
+			// (one namespace).
+			if _, ok := ss.stmts[st.PrepareName]; ok {
+				if err := ss.ensureStatement(l, st.PrepareName); err != nil {
+					return err
+				}
+				delete(l.st.prepared, st.PrepareName)
+				continue
+			}
 			if want, ok := ss.sqlPrepared[st.PrepareName]; ok && l.st.sqlPrepared[st.PrepareName] != want.text {
 				if _, has := l.st.sqlPrepared[st.PrepareName]; has {
 					if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z'); err != nil {
