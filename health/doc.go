@@ -40,7 +40,7 @@
 //     with readers. SetTargets waits for removed loops to end; Close waits for
 //     all of them. Both cancel a probe in flight, so the wait is short: the
 //     Prober's return from a cancelled Probe plus its Forget (PGProber:
-//     closing the connection, which pgconn bounds for a server that stopped
+//     closing the connection, which is bounded for a server that stopped
 //     answering).
 //   - No lock is held across a probe. The Prober is the only I/O; the clock
 //     and the timer are injected (Options.Clock, and a testing knob), so tests
