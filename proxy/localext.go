@@ -22,7 +22,7 @@ import (
 
 // kcmd is a pg_kinetic.* command held as a local statement.
 type kcmd struct {
-	show string          // the variable SHOW names, or ""
+	show string           // the variable SHOW names, or ""
 	set  classify.Setting // for SET/RESET when show is ""
 }
 

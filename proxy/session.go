@@ -95,11 +95,11 @@ type session struct {
 	// undo: statement changes the server refused or skipped, to undo on
 	// the client's side (applyClientUndo); under mu, hasUndo says so
 	// without it.
-	undo        []stmtOp
-	hasUndo     atomic.Bool
-	kstmts      map[string]kcmd     // extended-protocol pg_kinetic.* statements the proxy answers (localext.go)
-	kportals    map[string]kportal  // and their portals
-	effects     []effect            // of the unit in progress, applied when it ends well
+	undo     []stmtOp
+	hasUndo  atomic.Bool
+	kstmts   map[string]kcmd    // extended-protocol pg_kinetic.* statements the proxy answers (localext.go)
+	kportals map[string]kportal // and their portals
+	effects  []effect           // of the unit in progress, applied when it ends well
 
 	last       lastRoute        // SHOW pg_kinetic.last_route (under mu)
 	counters   []sessionCounter // decisionCounter (session goroutine)
