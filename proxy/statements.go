@@ -62,6 +62,19 @@ func bindStatement(body []byte) (string, error) {
 	return name, err
 }
 
+// stmtRef is the statement a Bind or a Describe of a statement uses.
+func stmtRef(typ byte, body []byte) (string, bool) {
+	switch typ {
+	case 'B':
+		n, err := bindStatement(body)
+		return n, err == nil
+	case 'D':
+		kind, n, err := describeTarget(body)
+		return n, err == nil && kind == 'S'
+	}
+	return "", false
+}
+
 // describeTarget reads the kind ('S' or 'P') and name of a Describe or
 // Close body.
 func describeTarget(body []byte) (byte, string, error) {
@@ -213,20 +226,12 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 				seen[n] = true
 			}
 			continue
-		case 'B':
-			n, err := bindStatement(body)
-			if err != nil {
-				continue
-			}
-			name = n
-		case 'D':
-			kind, n, err := describeTarget(body)
-			if err != nil || kind != 'S' {
-				continue
-			}
-			name = n
 		default:
-			continue
+			n, ok := stmtRef(m.typ, body)
+			if !ok {
+				continue
+			}
+			name = n
 		}
 		if !seen[name] {
 			if err := ss.ensureStatement(l, name); err != nil {
@@ -277,20 +282,12 @@ func (ss *session) needsStatements(l *link, b *batch) bool {
 				return true
 			}
 			continue
-		case 'B':
-			n, err := bindStatement(body)
-			if err != nil {
-				continue
-			}
-			name = n
-		case 'D':
-			kind, n, err := describeTarget(body)
-			if err != nil || kind != 'S' {
-				continue
-			}
-			name = n
 		default:
-			continue
+			n, ok := stmtRef(m.typ, body)
+			if !ok {
+				continue
+			}
+			name = n
 		}
 		if name == "" {
 			if ss.unnamed.parse == nil && l.st.unnamed != "" || ss.unnamed.parse != nil && l.st.unnamed != string(ss.unnamed.parse) {
@@ -519,19 +516,9 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 	for _, st := range d.Statements {
 		switch st.Effect {
 		case classify.EffectExecute:
-			want, ok := ss.sqlPrepared[st.PrepareName]
-			if !ok || l.st.sqlPrepared[st.PrepareName] == want.text {
-				continue
-			}
-			if _, has := l.st.sqlPrepared[st.PrepareName]; has {
-				if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z'); err != nil {
-					return err
-				}
-			}
-			if err := ss.inject(l, &pgproto3.Query{String: want.text}, 'Z'); err != nil {
+			if err := ss.ensureSQLStatement(l, st.PrepareName); err != nil {
 				return err
 			}
-			l.st.sqlPrepared[st.PrepareName] = want.text
 		case classify.EffectPrepare:
 			if _, known := ss.sqlPrepared[st.PrepareName]; known {
 				// The client's statement of that name must exist here,
@@ -571,15 +558,8 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 				delete(l.st.prepared, st.PrepareName)
 				continue
 			}
-			if want, ok := ss.sqlPrepared[st.PrepareName]; ok && l.st.sqlPrepared[st.PrepareName] != want.text {
-				if _, has := l.st.sqlPrepared[st.PrepareName]; has {
-					if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z'); err != nil {
-						return err
-					}
-				}
-				if err := ss.inject(l, &pgproto3.Query{String: want.text}, 'Z'); err != nil {
-					return err
-				}
+			if err := ss.ensureSQLStatement(l, st.PrepareName); err != nil {
+				return err
 			}
 			delete(l.st.sqlPrepared, st.PrepareName)
 		}
