@@ -27,6 +27,10 @@ type Conn struct {
 	// Params are the server's current ParameterStatus values. The holder
 	// updates them as it relays ParameterStatus messages.
 	Params map[string]string
+	// Defaults are the ParameterStatus values the server sent at login:
+	// what RESET and DISCARD ALL return the session to (the connection is
+	// opened with no settings of a client's). Never modified.
+	Defaults map[string]string
 
 	R *bufio.Reader
 	W *bufio.Writer

@@ -302,6 +302,10 @@ func login(c *Conn, cred Credentials, state *tls.ConnectionState) error {
 				return fmt.Errorf("malformed ParameterStatus from the server: %w", err)
 			}
 			c.Params[ps.Name] = ps.Value
+			if c.Defaults == nil {
+				c.Defaults = map[string]string{}
+			}
+			c.Defaults[ps.Name] = ps.Value
 		case 'K':
 			var kd pgproto3.BackendKeyData
 			if err := kd.Decode(body); err != nil {

@@ -100,6 +100,13 @@ func (ss *session) connect() error {
 	for _, k := range names {
 		msgs = append(msgs, &pgproto3.ParameterStatus{Name: k, Value: params[k]})
 	}
+	ss.startupVals = make(map[string]string, len(ss.startup))
+	for _, st := range ss.startup {
+		ss.startupVals[strings.ToLower(st.name)] = st.value
+	}
+	ss.wmu.Lock()
+	ss.reported = params
+	ss.wmu.Unlock()
 	var secret [4]byte
 	secret[0], secret[1], secret[2], secret[3] = byte(ss.key.secret>>24), byte(ss.key.secret>>16), byte(ss.key.secret>>8), byte(ss.key.secret)
 	msgs = append(msgs, &pgproto3.BackendKeyData{ProcessID: ss.key.pid, SecretKey: secret[:]},

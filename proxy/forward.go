@@ -422,6 +422,7 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 		// unit's do.
 		_, ds := ss.analyze(b, false)
 		ss.recordEffects(ds)
+		ss.noteResets(l, ds)
 	}
 	if err := ss.buffer(l, b); err != nil {
 		return err
@@ -735,6 +736,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 			return nil, err
 		}
 		ss.recordRoute(d, decisions)
+		ss.noteResets(l, decisions)
 		if d.target == targetReplica && class.label {
 			// label_staleness: the answer says how stale it may be.
 			ss.send(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "01000",
@@ -986,7 +988,7 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 		}
 		c.text = query
 		ds = append(ds, c)
-		if routingOff || effectsOnly && classify.SessionNeutral(query) {
+		if routingOff && !mayReset(query) || effectsOnly && classify.SessionNeutral(query) {
 			// Every unit goes to the primary: nothing to classify (the
 			// proxy still answers SHOW pg_kinetic.last_route by its text),
 			// unless transaction pooling must learn the unit's session
@@ -1001,8 +1003,8 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 		switch m.typ {
 		case 'Q':
 			text := body[:max(len(body)-1, 0)]
-			if routingOff && !mayBeShow(text) {
-				use("") // only SHOW pg_kinetic.* needs the text
+			if routingOff && !mayBeShow(text) && !mayReset(string(text)) {
+				use("") // only SHOW pg_kinetic.* and RESET need the text
 				continue
 			}
 			use(string(text))
@@ -1039,6 +1041,13 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 		}
 	}
 	return u, ds
+}
+
+// mayReset reports whether a text may RESET a setting or DISCARD ALL:
+// with routing off in session pooling only those are classified (their
+// ParameterStatus answers are corrected, relayParameterStatus).
+func mayReset(q string) bool {
+	return containsFold(q, "reset") || containsFold(q, "discard")
 }
 
 // mayBeShow reports whether a simple query may be a SHOW (its first word,

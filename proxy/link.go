@@ -6,12 +6,15 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
 
+	"github.com/pg-kinetic/pg-kinetic/classify"
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
 	"github.com/pg-kinetic/pg-kinetic/pool"
 )
@@ -65,6 +68,8 @@ type link struct {
 	// ops are the client's Parses and Closes not answered yet; undo
 	// those the server refused or skipped, for l.st (statements.go).
 	ops, undo []stmtOp
+	// resets are the batches with a RESET or DISCARD ALL (resetNote).
+	resets []resetNote
 
 	captured []byte // the DataRow of a WAL position query in progress (reader-owned)
 	held     []byte // messages held back for a retryable read (reader-owned)
@@ -481,6 +486,23 @@ func (ss *session) serverToClient(l *link) error {
 			}
 			ss.mu.Unlock()
 		}
+		if h.Type == 'S' && h.Len <= wire.MaxSmallBodyLen {
+			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
+				ss.linkFailed(l, err, sawFatal)
+				return errServerGone
+			}
+			if werr := ss.relayParameterStatus(l, body); werr != nil {
+				ss.conn.Close()
+				return werr
+			}
+			continue
+		}
+		if h.Type == 'Z' {
+			if werr := ss.reportResets(l); werr != nil {
+				ss.conn.Close()
+				return werr
+			}
+		}
 		closeNow := false
 		ss.wmu.Lock()
 		werr := wire.WriteHeader(ss.out(), h)
@@ -554,6 +576,128 @@ func (ss *session) serverToClient(l *link) error {
 			return errReleased
 		}
 	}
+}
+
+// resetNote marks a batch (link.batches) whose statements RESET settings
+// (all of them, or names) or DISCARD ALL.
+type resetNote struct {
+	batch uint64
+	all   bool
+	names []string // lower case
+}
+
+// noteResets records on l the RESETs among a unit's statements, about to
+// be written in l's current batch (session goroutine).
+func (ss *session) noteResets(l *link, ds []*classified) {
+	var n *resetNote
+	for _, d := range ds {
+		for _, st := range d.Statements {
+			reset := st.Effect == classify.EffectDiscardAll || st.Effect == classify.EffectSet && st.Setting.Reset
+			if !reset {
+				continue
+			}
+			if n == nil {
+				n = &resetNote{}
+			}
+			if st.Effect == classify.EffectDiscardAll || st.Setting.Name == "" {
+				n.all = true
+			} else {
+				n.names = append(n.names, strings.ToLower(st.Setting.Name))
+			}
+		}
+	}
+	if n == nil {
+		return
+	}
+	ss.mu.Lock()
+	n.batch = l.batches
+	l.resets = append(l.resets, *n)
+	ss.mu.Unlock()
+}
+
+// relayParameterStatus relays a server's ParameterStatus to the client. A
+// RESET (or DISCARD ALL) returns a server connection to the server's
+// defaults, where PostgreSQL returns a session to the values it logged in
+// with: for a client's startup setting the client is told that value, and
+// nothing when it already knew it. The server itself gets the startup
+// values back before its next unit (settingsUnknown).
+func (ss *session) relayParameterStatus(l *link, body []byte) error {
+	var ps pgproto3.ParameterStatus
+	if ps.Decode(body) != nil {
+		return ss.relay(wire.Header{Type: 'S', Len: len(body)}, body)
+	}
+	l.conn.Params[ps.Name] = ps.Value
+	value := ps.Value
+	ss.mu.Lock()
+	for len(l.resets) > 0 && l.resets[0].batch < l.rfqs {
+		l.resets = l.resets[1:]
+	}
+	if len(l.resets) > 0 && l.resets[0].batch == l.rfqs {
+		name := strings.ToLower(ps.Name)
+		n := l.resets[0]
+		if sv, ok := ss.startupVals[name]; ok && (n.all || slices.Contains(n.names, name)) && value == l.conn.Defaults[ps.Name] {
+			value = sv
+		}
+	}
+	ss.mu.Unlock()
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	if value != ps.Value {
+		if ss.reported[ps.Name] == value {
+			return nil // unchanged for the client, as with PostgreSQL
+		}
+		ps.Value = value
+		body, _ = ps.Encode(nil)
+		body = body[5:]
+	}
+	if ss.reported != nil {
+		ss.reported[ps.Name] = value
+	}
+	if err := wire.WriteHeader(ss.out(), wire.Header{Type: 'S', Len: len(body)}); err != nil {
+		return err
+	}
+	if _, err := ss.out().Write(body); err != nil {
+		return err
+	}
+	if l.conn.R.Buffered() == 0 {
+		return ss.flushOut()
+	}
+	return nil
+}
+
+// reportResets, at the ReadyForQuery ending a batch with a RESET, tells
+// the client the startup values the RESET returned it to that the server
+// did not report (its own default did not change) and the client does not
+// know yet, as PostgreSQL would have.
+func (ss *session) reportResets(l *link) error {
+	ss.mu.Lock()
+	if len(l.resets) == 0 || l.resets[0].batch != l.rfqs {
+		ss.mu.Unlock()
+		return nil
+	}
+	n := l.resets[0]
+	l.resets = l.resets[1:]
+	ss.mu.Unlock()
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	for _, st := range ss.startup {
+		name := strings.ToLower(st.name)
+		if !n.all && !slices.Contains(n.names, name) {
+			continue
+		}
+		for server := range l.conn.Defaults { // reported parameters, in the server's spelling
+			if strings.ToLower(server) != name || ss.reported[server] == st.value {
+				continue
+			}
+			ps := pgproto3.ParameterStatus{Name: server, Value: st.value}
+			buf, _ := ps.Encode(nil)
+			if _, err := ss.out().Write(buf); err != nil {
+				return err
+			}
+			ss.reported[server] = st.value
+		}
+	}
+	return nil
 }
 
 // releaseIdle is called by l's reader after each ReadyForQuery in

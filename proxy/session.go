@@ -49,6 +49,12 @@ type session struct {
 	key            cancelKey
 	authFinal      *pgproto3.AuthenticationSASLFinal
 
+	// reported is the last value of each parameter the client was told
+	// in a ParameterStatus (under wmu); startupVals the client's startup
+	// settings by lower-case name (set at connect).
+	reported    map[string]string
+	startupVals map[string]string
+
 	wmu sync.Mutex    // serialises writes to the client
 	w   *bufio.Writer // under wmu; nil between flushes when idleIO (use out)
 	enc []byte        // scratch for encoding messages, under wmu
