@@ -541,15 +541,47 @@ func (ss *session) buffer(l *link, b *batch) error {
 		l.applyServerUndoLocked() // the session goroutine holds a claim on l
 	}
 	ss.mu.Unlock()
-	if err := ss.injectStatements(l, b); err != nil {
+	// Statements the batch needs are prepared ahead of it, except after
+	// a transaction start with options: a Parse of the proxy's before it
+	// would take the transaction's snapshot first (25001 "SET TRANSACTION
+	// ISOLATION LEVEL must be called before any query"), so those are
+	// prepared where they are needed, after the server answered what came
+	// before (a barrier).
+	late := ss.txControlIndex(b)
+	front := *b
+	if late >= 0 {
+		front.msgs = b.msgs[:late+1]
+	}
+	if err := ss.injectStatements(l, &front); err != nil {
 		return errServerGone
 	}
 	msgs := b.msgs
 	if b.limit > 0 {
 		msgs = msgs[:b.limit]
 	}
-	for _, m := range msgs {
+	for i, m := range msgs {
 		body := b.body(m)
+		if late >= 0 && i > late && (m.typ == 'B' || m.typ == 'D' || m.typ == 'P') {
+			var one batch
+			one.add(m.typ, body)
+			if ss.needsStatements(l, &one) {
+				if err := l.conn.W.Flush(); err != nil {
+					return errServerGone
+				}
+				ok, err := ss.barrier(l)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					// The server failed the batch: it skips the rest.
+					rest := batch{buf: b.buf, msgs: msgs[i:]}
+					return ss.bufferRaw(l, &rest)
+				}
+				if err := ss.injectStatements(l, &one); err != nil {
+					return errServerGone
+				}
+			}
+		}
 		if err := ss.trackFrontend(l, m.typ, body); err != nil {
 			return errServerGone
 		}
@@ -562,6 +594,67 @@ func (ss *session) buffer(l *link, b *batch) error {
 		}
 	}
 	return nil
+}
+
+// txControlIndex is the index of b's first Parse or Bind of a
+// transaction start or SET TRANSACTION / SET SESSION CHARACTERISTICS, -1
+// if none.
+func (ss *session) txControlIndex(b *batch) int {
+	for i, m := range b.msgs {
+		var q []byte
+		switch m.typ {
+		case 'P':
+			body := b.body(m)
+			n := bytes.IndexByte(body, 0)
+			if n < 0 {
+				continue
+			}
+			q = body[n+1:]
+		case 'B':
+			name, err := bindStatement(b.body(m))
+			if err != nil {
+				continue
+			}
+			// Its statement's Parse body, where the text follows the name.
+			var parse []byte
+			if name == "" {
+				parse = ss.unnamed.parse
+			} else {
+				parse = ss.stmts[name].parse
+			}
+			n := bytes.IndexByte(parse, 0)
+			if n < 0 {
+				continue
+			}
+			q = parse[n+1:]
+		default:
+			continue
+		}
+		if isTxControl(q) {
+			return i
+		}
+	}
+	return -1
+}
+
+// isTxControl reports whether a statement text starts a transaction or
+// sets its characteristics (BEGIN, START, SET TRANSACTION, SET SESSION).
+func isTxControl(q []byte) bool {
+	q = bytes.TrimLeft(q, " \t\r\n\f\v(")
+	if hasPrefixFold(q, "begin") || hasPrefixFold(q, "start") {
+		return true
+	}
+	if hasPrefixFold(q, "set") && len(q) > 3 {
+		rest := bytes.TrimLeft(q[3:], " \t\r\n\f\v")
+		return len(rest) < len(q)-3 && (hasPrefixFold(rest, "transaction") || hasPrefixFold(rest, "session"))
+	}
+	return false
+}
+
+// hasPrefixFold reports whether q starts with the lower-case ASCII word w
+// in any case.
+func hasPrefixFold(q []byte, w string) bool {
+	return len(q) >= len(w) && bytes.EqualFold(q[:len(w)], []byte(w))
 }
 
 // routeBatch decides where a unit goes and sends it there. open means the

@@ -536,3 +536,63 @@ func TestReplicaStatementNotOnPrimary(t *testing.T) {
 		t.Fatal("the client's CancelRequest did not stop the replica read")
 	}
 }
+
+// TestBatchBeginTxOptionsWithRePrepare: pgx's TestConnSendBatchBeginTxOptions
+// in transaction pooling and with routing: a pipeline that opens a
+// transaction with isolation options and then runs a cached statement,
+// which the proxy must prepare again on the server connection the unit
+// lands on. Prepared ahead of the BEGIN, the proxy's Parse took the
+// transaction's snapshot first: 25001 "SET TRANSACTION ISOLATION LEVEL
+// must be called before any query".
+func TestBatchBeginTxOptionsWithRePrepare(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 120*time.Second)
+	run := func(t *testing.T, px *kinetictest.Proxy) {
+		modes := []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec}
+		errs := make(chan error, 4)
+		for w := 0; w < 4; w++ {
+			go func() {
+				errs <- func() error {
+					for i := 0; i < 15; i++ {
+						cfg, err := pgx.ParseConfig(px.AppDSN())
+						if err != nil {
+							return err
+						}
+						cfg.DefaultQueryExecMode = modes[i%len(modes)]
+						c, err := pgx.ConnectConfig(ctx, cfg)
+						if err != nil {
+							return err
+						}
+						b := &pgx.Batch{}
+						b.Queue("begin isolation level repeatable read read only")
+						b.Queue("select current_setting('transaction_isolation'), current_setting('transaction_read_only')")
+						br := c.SendBatch(ctx, b)
+						_, err = br.Exec()
+						var iso, ro string
+						if err == nil {
+							err = br.QueryRow().Scan(&iso, &ro)
+						}
+						if err == nil {
+							err = br.Close()
+						}
+						if err == nil && (iso != "repeatable read" || ro != "on") {
+							err = fmt.Errorf("transaction_isolation %q, read_only %q", iso, ro)
+						}
+						c.Close(ctx)
+						if err != nil {
+							return fmt.Errorf("%v, iteration %d: %w", cfg.DefaultQueryExecMode, i, err)
+						}
+					}
+					return nil
+				}()
+			}()
+		}
+		for w := 0; w < 4; w++ {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Run("RoutingOff", func(t *testing.T) { run(t, kinetictest.Start(t, cl, kinetictest.Params{PoolSize: 2})) })
+	t.Run("Routed", func(t *testing.T) { run(t, routedProxy(t, cl, kinetictest.Params{PoolSize: 2})) })
+}
