@@ -663,7 +663,7 @@ func hasPrefixFold(q []byte, w string) bool {
 // command, a deferred BEGIN).
 func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 	ss.applyClientUndo()
-	if ss.awaitPrimaryCheck() {
+	if ss.awaitPrimaryCheck() || ss.syncPrimary() {
 		return nil, nil // the session's backend was terminated
 	}
 	u, decisions := ss.analyze(b, oversized)
@@ -910,6 +910,51 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
 		ss.srv.metrics.ReadRetry(ss.route.Name, d.addr, cause)
 		ss.log.Warn("replica failed before answering a read; retrying it elsewhere", zap.String("server", d.addr), zap.String("cause", cause))
 	}
+}
+
+// syncPrimary: after any session ran pg_terminate_backend, a
+// session-pooled session with routing on (whose next unit may well go to
+// a replica) sends its primary backend a Sync of the proxy's and waits for
+// it: a backend that was sent SIGTERM ends at that read, with FATAL 57P01,
+// as it would at the client's own next statement directly. It reports
+// whether the session ended so.
+func (ss *session) syncPrimary() bool {
+	n := ss.srv.terminations.Load()
+	if n == ss.seenTerminations || ss.txPool || !ss.freshnessOn() {
+		return false
+	}
+	ss.seenTerminations = n
+	ss.mu.Lock()
+	l := ss.primary
+	if !ss.idleLocked() || !l.claimLocked() {
+		ss.mu.Unlock()
+		return false
+	}
+	ss.mu.Unlock()
+	defer ss.unclaim(l)
+	if err := ss.inject(l, &pgproto3.Sync{}, 'Z'); err != nil {
+		return false
+	}
+	ss.mu.Lock()
+	want := l.batches
+	ss.mu.Unlock()
+	if l.conn.W.Flush() != nil {
+		return false
+	}
+	ss.mu.Lock()
+	expired := false
+	t := time.AfterFunc(2*time.Second, func() {
+		ss.mu.Lock()
+		expired = true
+		ss.cond.Broadcast()
+		ss.mu.Unlock()
+	})
+	for l.rfqs < want && !l.dead && !ss.killed && !expired {
+		ss.cond.Wait()
+	}
+	ss.mu.Unlock()
+	t.Stop()
+	return ss.awaitPrimaryCheck()
 }
 
 // payCaptureDebt reads the primary's WAL position when the session owes
@@ -1248,6 +1293,12 @@ func (ss *session) recordRoute(d decision, ds []*classified) {
 	}
 	ss.setLastRoute(target, d.reason, lag, class)
 	ss.recordEffects(ds)
+	for _, dec := range ds {
+		if containsFold(dec.text, "pg_terminate_backend") {
+			ss.srv.terminations.Add(1)
+			break
+		}
+	}
 }
 
 // recordEffects notes the session effects of a unit's statements: pinning

@@ -366,7 +366,9 @@ func (ss *session) serverToClient(l *link) error {
 						srv.Params[ps.Name] = ps.Value
 					}
 				case 'E':
-					if deferFatal && isFatal(body) {
+					if (deferFatal || !l.replica && !ss.txPool) && isFatal(body) {
+						// (Also a FATAL in place of the answer to the
+						// proxy's own message on the primary.)
 						// Units wait while this is decided (routeBatch).
 						ss.mu.Lock()
 						ss.checkingPrimary = true
@@ -404,6 +406,7 @@ func (ss *session) serverToClient(l *link) error {
 				ss.mu.Lock()
 				l.rfqs++
 				l.swallow = l.swallow[1:]
+				ss.cond.Broadcast() // syncPrimary may wait for it
 				ss.mu.Unlock()
 			}
 			if srv.R.Buffered() == 0 {

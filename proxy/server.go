@@ -55,6 +55,10 @@ type Server struct {
 	mockNonce   [32]byte // salts mock SCRAM credentials of unknown users
 
 	routing    atomic.Pointer[routing] // classifiers and health checkers of the config in force
+	// terminations counts units that called pg_terminate_backend: a
+	// session-pooled session whose reads go to replicas checks its own
+	// primary backend is still there before its next unit (syncPrimary).
+	terminations atomic.Uint64
 	rollout    *rollout                // stage and rollback state (SPEC §6)
 	metrics    *admin.Metrics
 	stopMon    context.CancelFunc

@@ -85,6 +85,9 @@ type session struct {
 	// and its reader is finding out whether the server is up (then the
 	// backend was terminated, and so is the session); units wait.
 	checkingPrimary bool
+	// seenTerminations is the Server's terminations count this session
+	// last checked its primary backend at (session goroutine).
+	seenTerminations uint64
 
 	pinned  string // why the session is pinned to the primary; "" when it is not
 	unitErr bool   // an ErrorResponse reached the client since the last idle point

@@ -596,3 +596,32 @@ func TestBatchBeginTxOptionsWithRePrepare(t *testing.T) {
 	t.Run("RoutingOff", func(t *testing.T) { run(t, kinetictest.Start(t, cl, kinetictest.Params{PoolSize: 2})) })
 	t.Run("Routed", func(t *testing.T) { run(t, routedProxy(t, cl, kinetictest.Params{PoolSize: 2})) })
 }
+
+// TestTerminatedBackendNextReadFails: pgx's TestFatalTxError, many times:
+// another session terminates this session's primary backend (its
+// BackendKeyData PID), and the very next statement, a read that would go
+// to a replica, fails with the FATAL as directly, every time.
+func TestTerminatedBackendNextReadFails(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{PoolMode: "session"})
+	ctx := ctxT(t, 120*time.Second)
+	other := connect(t, ctx, px.AppDSN())
+	for i := 0; i < 30; i++ {
+		c, err := pgx.Connect(ctx, px.AppDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.Exec(ctx, "select pg_terminate_backend($1)", c.PgConn().PID()); err != nil {
+			t.Fatal(err)
+		}
+		err = c.QueryRow(ctx, "select 1").Scan(nil)
+		closed := c.IsClosed()
+		c.Close(ctx)
+		if err == nil {
+			t.Fatalf("iteration %d: the read after the termination succeeded", i)
+		}
+		if !closed {
+			t.Fatalf("iteration %d: the session is not closed after %v", i, err)
+		}
+	}
+}
