@@ -33,22 +33,4 @@ var allowed = []deviation{
 // are reported as "open" and do not fail the run, but they are not
 // permitted deviations: an entry goes when its test passes (the run logs
 // each entry whose test passed).
-var knownOpen = []deviation{
-	// Session pooling hands out the real primary PID. Another connection
-	// terminates that backend: directly the session ends (FATAL 57P01).
-	// Through kineticd with routing on it does not: the next read
-	// ("select 1") runs on the replica and succeeds (TestFatalTxError), and
-	// a read running on the terminated backend ("select 1, pg_sleep(10)")
-	// comes back with its rows after 10 s instead of the FATAL
-	// (TestFatalRxError), so it was run again elsewhere. TestFatalRxError
-	// races its query against the termination and fails in some runs only.
-	{"session/routed", "pgx.TestFatalTxError", "primary backend terminated by its PID: the session goes on, the next read succeeds on the replica"},
-	{"session/routed", "pgx.TestFatalRxError", "primary backend terminated mid-query: the read is answered (run again elsewhere) instead of FATAL 57P01"},
-
-	// cache_statement mode: Prepare "ps", then Exec "deallocate ps" as a
-	// cached (named) statement. In transaction pooling the Execute can land
-	// on a server connection where "ps" was never prepared; kineticd does
-	// not prepare it there first. Depends on which pooled connection the
-	// unit gets, so it does not fail every run.
-	{"transaction/*", "pgx.TestDeallocateMissingPreparedStatementStillClearsFromPreparedStatementMap", `SQL DEALLOCATE ps (extended protocol) on a pooled connection without ps: 26000 prepared statement "ps" does not exist`},
-}
+var knownOpen = []deviation{}
