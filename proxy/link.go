@@ -59,7 +59,8 @@ type link struct {
 
 	// barrier is the state of the barrier the session goroutine waits
 	// for (barrierNone, …; localext.go); closes counts the client's
-	// Close messages written in the current batch since the last barrier.
+	// Close messages written in the current batch since the last barrier
+	// and not answered yet.
 	barrier int
 	closes  int
 	// failed is 1 + the batch (rfqs count) in which the server sent an
@@ -520,6 +521,9 @@ func (ss *session) serverToClient(l *link) error {
 			}
 			ss.mu.Lock()
 			l.stmtAnsweredLocked(h.Type)
+			if h.Type == '3' && l.closes > 0 {
+				l.closes-- // a client's Close answered: no barrier waits past it
+			}
 			ss.mu.Unlock()
 		case h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' && h.Len <= wire.MaxSmallBodyLen*100 || h.Type == 'C':
 			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {

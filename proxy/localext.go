@@ -76,10 +76,11 @@ func containsFold(s, w string) bool {
 // (the common case costs one scan of the Parse texts).
 func (ss *session) localPlan(b *batch) []bool {
 	ss.applyClientUndo()
-	if len(ss.kportals) > 0 && ss.isIdle() {
+	if (len(ss.kportals) > 0 || len(ss.srvPortals) > 0) && ss.isIdle() {
 		// Portals end with their transaction, the proxy's as the
 		// server's.
 		clear(ss.kportals)
+		clear(ss.srvPortals)
 	}
 	if len(ss.kstmts) == 0 && len(ss.kportals) == 0 {
 		any := false
@@ -423,8 +424,9 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 			return protoErr(codeProtocolViolation, "invalid Bind message")
 		}
 		cmd := ss.kstmts[bd.PreparedStatement]
-		if _, exists := ss.kportals[bd.DestinationPortal]; exists && bd.DestinationPortal != "" {
-			return protoErr("42P03", "portal %q already exists", bd.DestinationPortal)
+		_, local := ss.kportals[bd.DestinationPortal]
+		if (local || ss.srvPortals[bd.DestinationPortal]) && bd.DestinationPortal != "" {
+			return protoErr("42P03", "cursor %q already exists", bd.DestinationPortal) // PostgreSQL's words
 		}
 		if len(bd.Parameters) > 0 {
 			return protoErr(codeProtocolViolation, "bind message supplies %d parameters, but prepared statement %q requires 0",

@@ -108,7 +108,10 @@ type session struct {
 	hasUndo  atomic.Bool
 	kstmts   map[string]kcmd    // extended-protocol pg_kinetic.* statements the proxy answers (localext.go)
 	kportals map[string]kportal // and their portals
-	effects  []effect           // of the unit in progress, applied when it ends well
+	// srvPortals are the named portals the client Bound on servers in
+	// its current transaction (a local Bind into one fails with 42P03).
+	srvPortals map[string]bool
+	effects    []effect // of the unit in progress, applied when it ends well
 
 	last       lastRoute        // SHOW pg_kinetic.last_route (under mu)
 	counters   []sessionCounter // decisionCounter (session goroutine)

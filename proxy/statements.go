@@ -247,7 +247,23 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 // has no such statement (the server reports it).
 func (ss *session) ensureSQLStatement(l *link, name string) error {
 	want, ok := ss.sqlPrepared[name]
-	if !ok || l.st.sqlPrepared[name] == want.text {
+	if !ok {
+		_, parsed := l.st.prepared[name]
+		_, prepared := l.st.sqlPrepared[name]
+		if name != "" && (parsed || prepared) {
+			// The server holds a statement of that name that is not the
+			// client's (another client's, on a pooled connection, or one
+			// the client closed elsewhere): close it, so the client's use
+			// fails with 26000 as directly instead of running it.
+			if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3'); err != nil {
+				return err
+			}
+			delete(l.st.prepared, name)
+			delete(l.st.sqlPrepared, name)
+		}
+		return nil
+	}
+	if l.st.sqlPrepared[name] == want.text {
 		return nil
 	}
 	if _, has := l.st.sqlPrepared[name]; has {
@@ -299,8 +315,16 @@ func (ss *session) needsStatements(l *link, b *batch) bool {
 			if l.st.prepared[name] != string(want.parse) {
 				return true
 			}
-		} else if want, ok := ss.sqlPrepared[name]; ok && l.st.sqlPrepared[name] != want.text {
-			return true
+		} else if want, ok := ss.sqlPrepared[name]; ok {
+			if l.st.sqlPrepared[name] != want.text {
+				return true
+			}
+		} else {
+			_, parsed := l.st.prepared[name]
+			_, prepared := l.st.sqlPrepared[name]
+			if parsed || prepared {
+				return true // not the client's: closed first
+			}
 		}
 	}
 	return false
@@ -374,6 +398,11 @@ func (ss *session) applyClientUndo() {
 	ss.undo = nil
 	ss.hasUndo.Store(false)
 	ss.mu.Unlock()
+	ss.undoClient(ops)
+}
+
+// undoClient undoes ops on the client's side, last first.
+func (ss *session) undoClient(ops []stmtOp) {
 	for i := len(ops) - 1; i >= 0; i-- {
 		op := ops[i]
 		switch {
@@ -468,6 +497,12 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 	case 'B':
 		if portal, _, err := cstring(body); err == nil {
 			ss.forgetServerUnnamed('B', portal)
+			if portal != "" {
+				if ss.srvPortals == nil {
+					ss.srvPortals = map[string]bool{}
+				}
+				ss.srvPortals[portal] = true
+			}
 		}
 		if name, err := bindStatement(body); err == nil {
 			return ss.ensureStatement(l, name)
@@ -482,6 +517,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			return nil
 		}
 		if kind != 'S' {
+			delete(ss.srvPortals, name)
 			ss.noteStmtOp(l, stmtOp{kind: 'c', name: name, noop: true})
 			return nil
 		}
@@ -516,6 +552,13 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 	for _, st := range d.Statements {
 		switch st.Effect {
 		case classify.EffectExecute:
+			if _, parsed := ss.stmts[st.PrepareName]; parsed {
+				// EXECUTE of a statement from a Parse (one namespace).
+				if err := ss.ensureStatement(l, st.PrepareName); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := ss.ensureSQLStatement(l, st.PrepareName); err != nil {
 				return err
 			}
