@@ -535,17 +535,7 @@ func (ss *session) write(l *link, b *batch) error {
 // buffer is write without the flush, so what follows the unit (a WAL
 // position query) leaves in the same syscall.
 func (ss *session) buffer(l *link, b *batch) error {
-	// Both sides of an undo at once: an error arriving in between would
-	// leave the server's record and the client's apart.
-	ss.mu.Lock()
-	if len(l.undo) > 0 {
-		l.applyServerUndoLocked() // the session goroutine holds a claim on l
-	}
-	ops := ss.undo
-	ss.undo = nil
-	ss.hasUndo.Store(false)
-	ss.mu.Unlock()
-	ss.undoClient(ops)
+	ss.takeUndo(l)
 	// Statements the batch needs are prepared ahead of it, except after
 	// a transaction start with options: a Parse of the proxy's before it
 	// would take the transaction's snapshot first (25001 "SET TRANSACTION

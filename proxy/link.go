@@ -524,6 +524,7 @@ func (ss *session) serverToClient(l *link) error {
 			if h.Type == '3' && l.closes > 0 {
 				l.closes-- // a client's Close answered: no barrier waits past it
 			}
+			ss.cond.Broadcast() // settleOps may wait for it
 			ss.mu.Unlock()
 		case h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' && h.Len <= wire.MaxSmallBodyLen*100 || h.Type == 'C':
 			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"slices"
 	"errors"
 	"strings"
 
@@ -114,6 +115,7 @@ func (ss *session) inject(l *link, msg wire.Encoder, drop byte) error {
 // ensureStatement makes sure statement name exists on l with the text the
 // client prepared, before a Bind or Describe that uses it.
 func (ss *session) ensureStatement(l *link, name string) error {
+	ss.settleOps(l, name)
 	var want stmtInfo
 	if name == "" {
 		want = ss.unnamed
@@ -365,7 +367,7 @@ func (l *link) stmtAnsweredLocked(t byte) {
 	for i, op := range l.ops {
 		if t == '1' && op.kind == 'P' || t == '3' && op.kind != 'P' {
 			l.ops = append(l.ops[:i], l.ops[i+1:]...)
-			return
+			return // (the caller wakes settleOps)
 		}
 	}
 }
@@ -385,6 +387,7 @@ func (ss *session) batchFailedLocked(l *link) {
 		}
 	}
 	l.ops = kept
+	ss.cond.Broadcast() // settleOps may wait for them
 }
 
 // applyClientUndo undoes, on the client's side, statement changes the
@@ -399,6 +402,40 @@ func (ss *session) applyClientUndo() {
 	ss.hasUndo.Store(false)
 	ss.mu.Unlock()
 	ss.undoClient(ops)
+}
+
+// takeUndo applies the pending undos of l's record and of the client's
+// side together: an error arriving in between would leave them apart. The
+// session goroutine calls it holding a claim on l.
+func (ss *session) takeUndo(l *link) {
+	ss.mu.Lock()
+	if len(l.undo) > 0 {
+		l.applyServerUndoLocked()
+	}
+	ops := ss.undo
+	ss.undo = nil
+	ss.hasUndo.Store(false)
+	ss.mu.Unlock()
+	ss.undoClient(ops)
+}
+
+// settleOps waits until l's server has answered the client's Parses and
+// Closes of statement name still in flight (pipelined batches), so the
+// statement is known to exist or not before it is prepared again there.
+func (ss *session) settleOps(l *link, name string) {
+	ss.mu.Lock()
+	waited := false
+	// Only ops of batches already ended by a Sync (and so flushed); this
+	// batch's own are ahead of the message being written.
+	pending := func(op stmtOp) bool { return op.name == name && !op.noop && op.batch < l.batches }
+	for !l.dead && !ss.killed && slices.ContainsFunc(l.ops, pending) {
+		ss.cond.Wait()
+		waited = true
+	}
+	ss.mu.Unlock()
+	if waited {
+		ss.takeUndo(l)
+	}
 }
 
 // undoClient undoes ops on the client's side, last first.
