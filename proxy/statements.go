@@ -600,6 +600,14 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 				return err
 			}
 		case classify.EffectPrepare:
+			if _, parsed := ss.stmts[st.PrepareName]; parsed {
+				// A statement of the client's Parse holds the name (one
+				// namespace): there, the server refuses it with 42P05.
+				if err := ss.ensureStatement(l, st.PrepareName); err != nil {
+					return err
+				}
+				continue
+			}
 			if _, known := ss.sqlPrepared[st.PrepareName]; known {
 				// The client's statement of that name must exist here,
 				// so the server refuses the duplicate (42P05) as the
