@@ -1018,6 +1018,12 @@ func (g *gen) pinUnit() {
 		sql = "SELECT k, v FROM tmp_diff ORDER BY k"
 	case x < 5:
 		sql = "SELECT pg_advisory_lock(" + RunMark + "), pg_advisory_unlock(" + RunMark + ")"
+	case x < 7 && g.m.readOnly:
+		// Not in a READ ONLY transaction: with routing on it runs on a
+		// replica, where recovery refuses LISTEN and NOTIFY (25006), a
+		// consequence of routing documented in docs/behaviour.md and
+		// pinned by e2e TestReadOnlyTransactionOnReplicaRefusesListen.
+		sql = "SELECT k, v FROM tmp_diff ORDER BY k"
 	case x < 6:
 		sql = "LISTEN ch_" + RunMark
 		g.m.pinned = true

@@ -625,3 +625,43 @@ func TestTerminatedBackendNextReadFails(t *testing.T) {
 		}
 	}
 }
+
+// TestReadOnlyTransactionOnReplicaRefusesListen pins a documented
+// consequence of routing (docs/behaviour.md, "SERIALIZABLE READ ONLY"): a
+// READ ONLY transaction runs on a replica, where recovery refuses LISTEN
+// (25006) although the primary would take it in a read-only transaction;
+// SERIALIZABLE READ ONLY opens on the primary, since a standby refuses
+// serializable isolation.
+func TestReadOnlyTransactionOnReplicaRefusesListen(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 60*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	replicas := cl.StandbyPorts()
+
+	tx, err := c.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port := portOf(t, ctx, c, "select inet_server_port()"); !replicas[port] {
+		t.Fatalf("a READ ONLY transaction ran on %d, not a replica", port)
+	}
+	_, err = c.Exec(ctx, "listen ro_chan")
+	if pgCode(err) != "25006" {
+		t.Fatalf("LISTEN in a READ ONLY transaction on a replica: %v, want 25006", err)
+	}
+	tx.Rollback(ctx)
+
+	tx, err = c.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.Serializable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port := portOf(t, ctx, c, "select inet_server_port()"); port != cl.Primary.Port {
+		t.Fatalf("a SERIALIZABLE READ ONLY transaction ran on %d, not the primary %d", port, cl.Primary.Port)
+	}
+	var iso string
+	if err := c.QueryRow(ctx, "show transaction_isolation").Scan(&iso); err != nil || iso != "serializable" {
+		t.Fatalf("transaction_isolation %q, %v", iso, err)
+	}
+	tx.Rollback(ctx)
+}
