@@ -3,9 +3,12 @@
 #   make test          install deps, build, vet, run every test with -race,
 #                      then the e2e and client suites again in transaction pooling
 #                      (end-to-end tests start real PostgreSQL 15 via test/pgtest),
-#                      then make conformance
+#                      then make conformance and make differential
 #   make conformance   pgx's own test suite directly and through kineticd in four
 #                      configurations (test/conformance, ~10 minutes, no -race)
+#   make differential  10,000 seeded random protocol sequences per mode, each
+#                      replayed against PostgreSQL and through kineticd in four
+#                      configurations, answers compared (test/differential)
 #   make demo          run kineticd in front of a throwaway primary + replica
 #   make build         bin/kineticd
 #   make check-config  validate deploy/kineticd.example.toml
@@ -35,7 +38,7 @@ export GOFLAGS ?= -buildvcs=false
 # Extra flags for go test, e.g. make test GOTESTFLAGS=-v or GOTESTFLAGS='-run Promote'.
 GOTESTFLAGS ?=
 
-.PHONY: all deps build demo test conformance check-config fmt clean bench
+.PHONY: all deps build demo test conformance differential check-config fmt clean bench
 
 all: build
 
@@ -54,6 +57,7 @@ test: deps build
 	# The end-to-end and client suites once more, in transaction pooling.
 	KINETIC_TEST_POOL_MODE=transaction $(GO) test -race -count=1 -timeout 25m $(GOTESTFLAGS) ./test/e2e/ ./test/compat/
 	$(CONFORMANCE)
+	$(DIFFERENTIAL)
 
 # pgx's test suite against PostgreSQL and through kineticd (session and
 # transaction pooling, read routing off and on); test/conformance/doc.go.
@@ -63,6 +67,14 @@ test: deps build
 CONFORMANCE = KINETIC_CONFORMANCE=1 $(GO) test -count=1 -timeout 40m -v ./test/conformance/
 conformance: deps build
 	$(CONFORMANCE)
+
+# The differential protocol test (test/differential/doc.go): go test ./...
+# skips it, it runs with KINETIC_DIFFERENTIAL=1; without -race (kineticd
+# runs in the test process), so 10,000 sequences per mode take minutes.
+# KINETIC_DIFF_N and KINETIC_DIFF_SEED choose another run.
+DIFFERENTIAL = KINETIC_DIFFERENTIAL=1 $(GO) test -count=1 -timeout 30m ./test/differential/
+differential: deps build
+	$(DIFFERENTIAL)
 
 # make bench: every benchmark, none of them part of make test
 # (test/bench/README.md): the Go micro-benchmarks, the connection-scale run

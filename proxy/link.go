@@ -650,10 +650,12 @@ func (ss *session) relayParameterStatus(l *link, body []byte) error {
 	ss.mu.Unlock()
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
+	if last, ok := ss.reported[ps.Name]; ok && last == value {
+		// Unchanged for the client: PostgreSQL reports a parameter only
+		// when its value changed from the one it last reported.
+		return nil
+	}
 	if value != ps.Value {
-		if ss.reported[ps.Name] == value {
-			return nil // unchanged for the client, as with PostgreSQL
-		}
 		ps.Value = value
 		body, _ = ps.Encode(nil)
 		body = body[5:]
