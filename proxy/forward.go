@@ -423,6 +423,7 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 		_, ds := ss.analyze(b, false)
 		ss.recordEffects(ds)
 		ss.noteResets(l, ds)
+		ss.noteSQLPrepares(l, ds)
 	}
 	if err := ss.buffer(l, b); err != nil {
 		return err
@@ -473,6 +474,18 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 		return false, errServerGone
 	}
 	return true, nil
+}
+
+// noteSQLPrepares records on l the SQL PREPAREs of a message of an open
+// unit (what prepareLink's ensureSQLPrepared records for a routed unit):
+// the server will hold them, and another client sharing the connection
+// must not collide with them.
+func (ss *session) noteSQLPrepares(l *link, ds []*classified) {
+	for _, d := range ds {
+		if len(d.Statements) == 1 && d.Statements[0].Effect == classify.EffectPrepare {
+			l.st.sqlPrepared[d.Statements[0].PrepareName] = strings.TrimSpace(d.text)
+		}
+	}
 }
 
 // bufferRaw writes a batch's messages to l as they are, with no statement

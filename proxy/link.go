@@ -109,6 +109,20 @@ func stateOf(c *pool.Conn) *serverState {
 	return st
 }
 
+// holds reports whether the server holds a statement of that name, from
+// a Parse or a SQL PREPARE (one namespace).
+func (st *serverState) holds(name string) bool {
+	_, parsed := st.prepared[name]
+	_, prepared := st.sqlPrepared[name]
+	return parsed || prepared
+}
+
+// drop forgets a statement of that name, of either kind.
+func (st *serverState) drop(name string) {
+	delete(st.prepared, name)
+	delete(st.sqlPrepared, name)
+}
+
 func (st *serverState) forgetStatements() {
 	st.prepared, st.sqlPrepared, st.unnamed = map[string]string{}, map[string]string{}, ""
 }

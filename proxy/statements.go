@@ -205,13 +205,14 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 						return err
 					}
 				} else {
-					if _, stale := l.st.prepared[n]; stale {
+					if l.st.holds(n) {
 						// Left on this server after the client closed it
-						// elsewhere: make room for the client's new one.
+						// elsewhere, or another client's (transaction
+						// pooling): make room for the client's new one.
 						if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: n}, '3'); err != nil {
 							return err
 						}
-						delete(l.st.prepared, n)
+						l.st.drop(n)
 					}
 				}
 			}
@@ -295,8 +296,7 @@ func (ss *session) needsStatements(l *link, b *batch) bool {
 			}
 			_, known := ss.stmts[n]
 			_, sqlKnown := ss.sqlPrepared[n]
-			_, stale := l.st.prepared[n]
-			if known || sqlKnown || stale {
+			if known || sqlKnown || l.st.holds(n) {
 				return true
 			}
 			continue
@@ -617,13 +617,13 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 				}
 				continue
 			}
-			if _, has := l.st.sqlPrepared[st.PrepareName]; has {
-				if _, known := ss.sqlPrepared[st.PrepareName]; !known {
-					if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z'); err != nil {
-						return err
-					}
-					delete(l.st.sqlPrepared, st.PrepareName)
+			if l.st.holds(st.PrepareName) {
+				// Not the client's (it knows none of that name): another
+				// client's, or one it closed elsewhere. Make room.
+				if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z'); err != nil {
+					return err
 				}
+				l.st.drop(st.PrepareName)
 			}
 			if len(d.Statements) == 1 {
 				// The server will hold it (another session sharing this
