@@ -332,13 +332,22 @@ func (ss *session) serverToClient(l *link) error {
 				l.swallow = l.swallow[1:]
 			case h.Type == 'E':
 				// An injected Parse/Close failed: the server now skips the
-				// rest of the batch; its other injections never answer. The
-				// client sees the error as its own statement's.
+				// rest of the batch; its other injections never answer.
 				n := 0
-				for n < len(l.swallow) && l.swallow[n].batch == l.rfqs {
+				for n < len(l.swallow) && l.swallow[n].batch == l.rfqs && l.swallow[n].kind != 'Z' {
 					n++
 				}
-				ss.forgetSwallowLocked(l, n)
+				if n < len(l.swallow) && l.swallow[n].batch == l.rfqs {
+					// The injection had a Sync of its own (before a
+					// simple Query): the error and the skip end there,
+					// unseen; the client's Query runs after it.
+					ss.forgetSwallowLocked(l, n)
+					drop, head = true, l.swallow[0]
+				} else {
+					// In the client's batch: the client sees the error as
+					// its own statement's.
+					ss.forgetSwallowLocked(l, n)
+				}
 			}
 		}
 		deferFatal := false

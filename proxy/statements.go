@@ -140,13 +140,16 @@ func (ss *session) ensureStatement(l *link, name string) error {
 			// client PREPAREd may be Bound or Described too.
 			return ss.ensureSQLStatement(l, name)
 		}
-		if have, ok := l.st.prepared[name]; ok {
-			if have == string(want.parse) {
-				return nil
-			}
+		if have, ok := l.st.prepared[name]; ok && have == string(want.parse) {
+			return nil
+		}
+		if l.st.holds(name) {
+			// Another statement of that name (of either kind: one
+			// namespace) is in the way: close it first.
 			if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3'); err != nil {
 				return err
 			}
+			l.st.drop(name)
 		}
 	}
 	var p pgproto3.Parse
@@ -243,6 +246,26 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 		}
 	}
 	return nil
+}
+
+// ensureStatementSynced is ensureStatement ahead of a simple Query (an
+// EXECUTE, PREPARE or DEALLOCATE of a Parsed statement): what it injects
+// gets a Sync of its own, so a failure of it cannot make the server skip
+// the client's Query waiting for a Sync that never comes.
+func (ss *session) ensureStatementSynced(l *link, name string) error {
+	ss.mu.Lock()
+	before := len(l.swallow)
+	ss.mu.Unlock()
+	if err := ss.ensureStatement(l, name); err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	injected := len(l.swallow) > before
+	ss.mu.Unlock()
+	if !injected {
+		return nil
+	}
+	return ss.inject(l, &pgproto3.Sync{}, 'Z')
 }
 
 // ensureSQLStatement replays the client's SQL PREPARE of name on l when
@@ -591,7 +614,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 		case classify.EffectExecute:
 			if _, parsed := ss.stmts[st.PrepareName]; parsed {
 				// EXECUTE of a statement from a Parse (one namespace).
-				if err := ss.ensureStatement(l, st.PrepareName); err != nil {
+				if err := ss.ensureStatementSynced(l, st.PrepareName); err != nil {
 					return err
 				}
 				continue
@@ -603,7 +626,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 			if _, parsed := ss.stmts[st.PrepareName]; parsed {
 				// A statement of the client's Parse holds the name (one
 				// namespace): there, the server refuses it with 42P05.
-				if err := ss.ensureStatement(l, st.PrepareName); err != nil {
+				if err := ss.ensureStatementSynced(l, st.PrepareName); err != nil {
 					return err
 				}
 				continue
@@ -640,7 +663,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 			// statement of the client's Parse is deallocated by name too
 			// (one namespace).
 			if _, ok := ss.stmts[st.PrepareName]; ok {
-				if err := ss.ensureStatement(l, st.PrepareName); err != nil {
+				if err := ss.ensureStatementSynced(l, st.PrepareName); err != nil {
 					return err
 				}
 				delete(l.st.prepared, st.PrepareName)
