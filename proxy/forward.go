@@ -560,6 +560,10 @@ func (ss *session) buffer(l *link, b *batch) error {
 	if late >= 0 {
 		front.msgs = b.msgs[:late+1]
 	}
+	ss.mu.Lock()
+	ss.midBatch = ss.unsynced // the client's batch is already under way on a server
+	ss.mu.Unlock()
+	defer func() { ss.midBatch = false }()
 	if err := ss.injectStatements(l, &front); err != nil {
 		return errServerGone
 	}
@@ -585,6 +589,7 @@ func (ss *session) buffer(l *link, b *batch) error {
 					rest := batch{buf: b.buf, msgs: msgs[i:]}
 					return ss.bufferRaw(l, &rest)
 				}
+				ss.midBatch = true
 				if err := ss.injectStatements(l, &one); err != nil {
 					return errServerGone
 				}

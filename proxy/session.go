@@ -85,6 +85,9 @@ type session struct {
 	// and its reader is finding out whether the server is up (then the
 	// backend was terminated, and so is the session); units wait.
 	checkingPrimary bool
+	// midBatch: buffer is writing inside a client's extended batch, where
+	// no simple Query may be injected (session goroutine).
+	midBatch bool
 	// seenTerminations is the Server's terminations count this session
 	// last checked its primary backend at (session goroutine).
 	seenTerminations uint64

@@ -292,6 +292,12 @@ func (ss *session) ensureSQLStatement(l *link, name string) error {
 	if l.st.sqlPrepared[name] == want.text {
 		return nil
 	}
+	if ss.midBatch {
+		// A SQL PREPARE replays only as a simple Query, which would end
+		// the client's extended batch half-way: the server reports the
+		// statement missing (26000) instead.
+		return nil
+	}
 	if _, has := l.st.sqlPrepared[name]; has {
 		if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(name)}, 'Z'); err != nil {
 			return err
@@ -564,13 +570,8 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 				ss.srvPortals[portal] = true
 			}
 		}
-		if name, err := bindStatement(body); err == nil {
-			return ss.ensureStatement(l, name)
-		}
-	case 'D':
-		if kind, name, err := describeTarget(body); err == nil && kind == 'S' {
-			return ss.ensureStatement(l, name)
-		}
+		// The statement it uses was prepared ahead (injectStatements):
+		// nothing is injected here, among the client's messages.
 	case 'C':
 		kind, name, err := describeTarget(body)
 		if err != nil {

@@ -243,7 +243,7 @@ type mismatch struct {
 // See doc.go.
 func TestDifferential(t *testing.T) {
 	if os.Getenv("KINETIC_DIFFERENTIAL") != "1" {
-		t.Skip("differential test: runs with KINETIC_DIFFERENTIAL=1 (make differential, part of make test)")
+		t.Skip("differential test: runs with KINETIC_DIFFERENTIAL=1 (make differential; make test replays its regression seeds)")
 	}
 	k := loadKnobs(t)
 	keys := &runKeys{}

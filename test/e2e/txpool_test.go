@@ -88,7 +88,10 @@ func TestTxPoolSessionStateFollowsClient(t *testing.T) {
 	setting := func(c *pgx.Conn, name string) string {
 		t.Helper()
 		var v *string
-		if err := c.QueryRow(ctx, "select current_setting($1, true)", name).Scan(&v); err != nil {
+		// No cached prepared statement: after the DISCARD ALL below it
+		// would be gone, as directly (26000), and the proxy no longer lets
+		// a client use another client's statement of the same name.
+		if err := c.QueryRow(ctx, "select current_setting($1, true)", pgx.QueryExecModeExec, name).Scan(&v); err != nil {
 			t.Fatal(err)
 		}
 		if v == nil {
