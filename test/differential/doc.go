@@ -112,8 +112,11 @@
 //
 // # Running
 //
-// The test runs only with KINETIC_DIFFERENTIAL=1: until the kineticd bugs
-// it finds are fixed it fails, so it is not part of `make test` yet. First
+// The test runs only with KINETIC_DIFFERENTIAL=1. `make test` replays the
+// committed regression seeds alone (KINETIC_DIFF_N=0, every one of which
+// passes in every mode); `make differential` runs 10 000 generated
+// sequences per mode, which still finds open mismatch classes (below), so
+// it is not yet part of `make test`. First
 // every sequence runs against PostgreSQL (one hash kept per sequence), then
 // each mode runs them all and compares hashes; a sequence that differs is
 // replayed against PostgreSQL for the full answer (a sequence PostgreSQL
@@ -149,6 +152,15 @@
 //
 // (while the known classes are open a mode stops at
 // KINETIC_DIFF_MAX_MISMATCHES; raise it once they are fixed).
+//
+// Open classes (2,000 sequences per mode, 2026-12-01 at 8cfba75: session
+// 5, session-routing 52, transaction 80, transaction-routing 110
+// mismatching; at fbe5f96, before the fixes, 10,000 per mode gave 921,
+// 2138, 2099 and 2652): most are state one sequence leaves on a pooled
+// server connection for the next (transaction pooling: a statement or
+// setting of another client's shows through; replaying such a sequence
+// alone passes), statements the proxy re-prepares elsewhere after a
+// failed or skipped unit, and COPY inside Flush-ended batches.
 //
 // Regressions: testdata/regressions.txt holds one sequence a line ("SEED
 // [keep=I,J] [twice] [features=...] # mode: class"), replayed first in
