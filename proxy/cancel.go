@@ -46,10 +46,17 @@ func (s *Server) cancel(k cancelKey) {
 	if l == nil {
 		l = ss.primary
 	}
-	ss.mu.Unlock()
-	if l == nil {
+	if l == nil || ss.txPool && ss.idleLocked() || !l.claimLocked() {
+		// Nothing runs for the session (in transaction pooling its last
+		// connection may serve another client by now: a cancel there
+		// would stop that client's statement).
+		ss.mu.Unlock()
 		return
 	}
+	// The claim keeps the connection from going back to its pool (and to
+	// another session) until the cancel has been delivered.
+	ss.mu.Unlock()
+	defer ss.unclaim(l)
 	srv := l.conn
 	if err := sendCancel(srv.Addr, srv.PID, srv.SecretKey, s.opts.connectTimeout); err != nil {
 		ss.log.Warn("relaying cancel request failed", zap.String("server", srv.Addr), zap.Error(err))

@@ -665,3 +665,58 @@ func TestReadOnlyTransactionOnReplicaRefusesListen(t *testing.T) {
 	}
 	tx.Rollback(ctx)
 }
+
+// TestTxPoolLateCancelStaysWithItsClient: in transaction pooling two
+// clients share one server connection. One sends a CancelRequest (its own
+// key) right after each of its statements finished; the other's statements
+// on the same connection must never be the ones cancelled. Before the fix
+// a cancel read the client's last connection and sent the cancel while
+// that connection went back to the pool and ran the other client's
+// statement (pgx TestRowsScanNilThenScanValue got 57014 in the
+// conformance run).
+func TestTxPoolLateCancelStaysWithItsClient(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: 1})
+	ctx := ctxT(t, 60*time.Second)
+	canceller, err := pgconn.Connect(ctx, px.AppDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer canceller.Close(context.Background())
+	victim := connect(t, ctx, px.AppDSN())
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := canceller.Exec(ctx, "select 1").Close(); err != nil && pgCode(err) != "57014" {
+				done <- err
+				return
+			}
+			if err := canceller.CancelRequest(ctx); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	n := 0
+	for time.Now().Before(deadline) {
+		if _, err := victim.Exec(ctx, "select pg_sleep(0.002)"); err != nil {
+			close(stop)
+			<-done
+			t.Fatalf("statement %d of the other client: %v (another client's cancel reached it)", n, err)
+		}
+		n++
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d statements of the other client, none cancelled", n)
+}
