@@ -819,6 +819,20 @@ func (ss *session) relayHeld(l *link) error {
 	if len(l.held) == 0 {
 		return nil
 	}
+	// The held ParseCompletes and CloseCompletes confirm the client's
+	// statement changes, as relayed ones do.
+	ss.mu.Lock()
+	for b := l.held; len(b) >= 5; {
+		n := int(binary.BigEndian.Uint32(b[1:5])) + 1
+		if n < 5 || n > len(b) {
+			break
+		}
+		if b[0] == '1' || b[0] == '3' {
+			l.stmtAnsweredLocked(b[0])
+		}
+		b = b[n:]
+	}
+	ss.mu.Unlock()
 	ss.wmu.Lock()
 	_, err := ss.out().Write(l.held)
 	ss.wmu.Unlock()
@@ -872,6 +886,15 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 	ss.mu.Lock()
 	l.dead = true
 	ss.forgetSwallowLocked(l, len(l.swallow)) // they will never be answered
+	// Parses and Closes the server never confirmed did not happen for the
+	// client (a read retried elsewhere writes them again).
+	for _, op := range l.ops {
+		if !op.noop {
+			ss.undo = append(ss.undo, op)
+			ss.hasUndo.Store(true)
+		}
+	}
+	l.ops = nil
 	serving := l == ss.cur && (ss.pending > 0 || ss.tx != 'I')
 	if ss.awaiting == l && !ss.answered {
 		serving = false // the session goroutine retries the read elsewhere

@@ -720,3 +720,31 @@ func TestTxPoolLateCancelStaysWithItsClient(t *testing.T) {
 	}
 	t.Logf("%d statements of the other client, none cancelled", n)
 }
+
+// TestRetriedReadWithItsOwnParse: a read retried elsewhere after its
+// replica died (SPEC §7) carries a Parse of a named statement: the lost
+// attempt's statement is forgotten before the retry, so the retry's Parse
+// is not refused as a duplicate. Before the fix: 42P05 "prepared statement
+// already exists" (the consistency checker hit it when a standby
+// restarted).
+func TestRetriedReadWithItsOwnParse(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
+	ctx := ctxT(t, 60*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	rc := rawConnect(t, ctx, px.AppDSN())
+	replica := cl.Standbys[0]
+	rc.send(&pgproto3.Parse{Name: "s1", Query: "select inet_server_port()::text from pg_sleep(2) /* retry-named */"},
+		&pgproto3.Bind{PreparedStatement: "s1"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	awaitCond(t, 20*time.Second, "the read to run on the replica", func() (bool, error) {
+		n, err := replica.QueryString(ctx, "select count(*) from pg_stat_activity where query like '%retry-named%' and pid <> pg_backend_pid()")
+		return n == "1", err
+	})
+	if err := replica.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Start(context.Background()) })
+	rc.want(5, fmt.Sprintf("ParseComplete BindComplete D:%d C:SELECT 1 Z:I", cl.Primary.Port))
+	// The statement exists for the client, once.
+	rc.send(&pgproto3.Bind{PreparedStatement: "s1"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	rc.want(4, fmt.Sprintf("BindComplete D:%d C:SELECT 1 Z:I", cl.Primary.Port))
+}
