@@ -182,6 +182,13 @@ func TestNotificationsNeverDropped(t *testing.T) {
 			break // nothing more arrives
 		}
 	}
+	if !senderDone {
+		// The sender's last statement may still be answering: it must end
+		// before the test closes its connection.
+		if err := <-sent; err != nil {
+			t.Fatalf("sender: %v", err)
+		}
+	}
 	if n := got.Load(); n != batches*perBatch {
 		t.Fatalf("the listener received %d of %d notifications", n, batches*perBatch)
 	}
