@@ -556,9 +556,22 @@ func (ss *session) buffer(l *link, b *batch) error {
 	// prepared where they are needed, after the server answered what came
 	// before (a barrier).
 	late := ss.txControlIndex(b)
+	if ss.txStatus() == 'E' {
+		// In a failed transaction a statement of the proxy's fails (25P02)
+		// where the client's own message would have: it goes right before
+		// that message, once the server answered those before it (a Close
+		// still succeeds there), and its error is the client's.
+		late = -1
+		if len(b.msgs) > 0 {
+			late = 0
+		}
+	}
 	front := *b
 	if late >= 0 {
 		front.msgs = b.msgs[:late+1]
+	}
+	if late == 0 && ss.txStatus() == 'E' {
+		front.msgs = nil
 	}
 	ss.mu.Lock()
 	ss.midBatch = ss.unsynced // the client's batch is already under way on a server
@@ -573,7 +586,7 @@ func (ss *session) buffer(l *link, b *batch) error {
 	}
 	for i, m := range msgs {
 		body := b.body(m)
-		if late >= 0 && i > late && (m.typ == 'B' || m.typ == 'D' || m.typ == 'P') {
+		if late >= 0 && i >= len(front.msgs) && (m.typ == 'B' || m.typ == 'D' || m.typ == 'P') {
 			var one batch
 			one.add(m.typ, body)
 			if ss.needsStatements(l, &one) {

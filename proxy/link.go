@@ -478,15 +478,17 @@ func (ss *session) serverToClient(l *link) error {
 				ss.linkFailed(l, errors.New(errorText(body)), false)
 				return errServerGone
 			}
+			// The held ParseCompletes confirm their Parses first: only
+			// what comes after them failed.
+			if err := ss.relayHeld(l); err != nil {
+				ss.conn.Close()
+				return err
+			}
 			ss.mu.Lock()
 			ss.unitErr = true
 			l.failed = l.rfqs + 1
 			ss.batchFailedLocked(l)
 			ss.mu.Unlock()
-			if err := ss.relayHeld(l); err != nil {
-				ss.conn.Close()
-				return err
-			}
 			if err := ss.relay(h, body); err != nil {
 				ss.conn.Close()
 				return err

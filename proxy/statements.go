@@ -177,12 +177,6 @@ func (ss *session) ensureStatement(l *link, name string) error {
 // the client's own ParseComplete (pipelines got their answers out of
 // step).
 func (ss *session) injectStatements(l *link, b *batch) error {
-	if ss.txStatus() == 'E' {
-		// In a failed transaction the server refuses the client's Bind
-		// anyway (25P02); a statement of the proxy's would fail first and
-		// cut the batch short before the messages it still answers.
-		return nil
-	}
 	var seen map[string]bool // statement names b itself Parses or Closes, in order
 	// With a limit (localext.go) the whole batch is prepared for now:
 	// its later messages follow without injections between them.
