@@ -54,19 +54,19 @@ type Server struct {
 	credentials sync.Map // plaintext secret -> derived scram.StoredCredentials
 	mockNonce   [32]byte // salts mock SCRAM credentials of unknown users
 
-	routing    atomic.Pointer[routing] // classifiers and health checkers of the config in force
+	routing atomic.Pointer[routing] // classifiers and health checkers of the config in force
 	// terminations counts units that called pg_terminate_backend: a
 	// session-pooled session whose reads go to replicas checks its own
 	// primary backend is still there before its next unit (syncPrimary).
 	terminations atomic.Uint64
-	rollout    *rollout                // stage and rollback state (SPEC §6)
-	metrics    *admin.Metrics
-	stopMon    context.CancelFunc
-	backoff    backoffs
-	volatility volatility
-	fallbacks  sync.Map // route name -> *atomic.Int64: primary fallbacks in flight
-	observed   sync.Map // replica address -> freshness.Token: replay position seen after a read
-	decisions  sync.Map // route\x00class\x00target -> *atomic.Uint64, for SHOW ROUTES
+	rollout      *rollout // stage and rollback state (SPEC §6)
+	metrics      *admin.Metrics
+	stopMon      context.CancelFunc
+	backoff      backoffs
+	volatility   volatility
+	fallbacks    sync.Map // route name -> *atomic.Int64: primary fallbacks in flight
+	observed     sync.Map // replica address -> freshness.Token: replay position seen after a read
+	decisions    sync.Map // route\x00class\x00target -> *atomic.Uint64, for SHOW ROUTES
 
 	clients atomic.Int64 // sessions counted against max_client_conn
 	nextID  atomic.Uint64

@@ -2,8 +2,8 @@ package proxy
 
 import (
 	"bytes"
-	"slices"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
