@@ -516,15 +516,19 @@ func (ss *session) count(l *link, typ byte) {
 	case 'Q', 'F':
 		ss.pending++
 		l.batches++
+		l.sent = 0
 	case 'S':
 		ss.pending++
 		l.batches++
+		l.sent = 0
 		l.closes = 0
 		ss.unsynced = false
 	case 'C':
 		l.closes++
+		l.sent++
 		ss.unsynced = true
 	case 'P', 'B', 'E', 'D':
+		l.sent++
 		ss.unsynced = true
 	}
 	ss.cur = l
@@ -687,7 +691,14 @@ func hasPrefixFold(q []byte, w string) bool {
 // unit continues after b (Flush, or oversized). It returns the link used,
 // or nil when the proxy answered the unit itself (a rejection, a local
 // command, a deferred BEGIN).
-func (ss *session) routeBatch(b *batch, open, oversized bool) (*link, error) {
+func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err error) {
+	if !open && len(b.msgs) == 1 && b.msgs[0].typ == 'Q' {
+		defer func() {
+			if routed == nil && err == nil {
+				ss.queryNotForwarded()
+			}
+		}()
+	}
 	ss.applyClientUndo()
 	if ss.awaitPrimaryCheck() || ss.syncPrimary() {
 		return nil, nil // the session's backend was terminated

@@ -69,6 +69,7 @@ func (ss *session) injectCapture(l *link, kind byte) error {
 	}
 	l.swallow = append(l.swallow, expect{kind: 'Z', batch: l.batches, capture: kind})
 	l.batches++
+	l.sent = 0
 	ss.captures++
 	l.st.unnamed = "" // the simple Query destroys the unnamed statement
 	if l.parked {

@@ -40,6 +40,11 @@ type link struct {
 	// rfqs counts ReadyForQuery received. expect.batch ties an injected
 	// message to the ReadyForQuery that ends its batch.
 	batches, rfqs uint64
+	// sent counts the client's messages written in batch batches (each
+	// gets one answer: a completion or the batch's error); answered the
+	// answers relayed in batch rfqs. An error answers message number
+	// answered: that tells a Parse that failed from one skipped.
+	sent, answered int
 
 	readerDone chan error
 	dead       bool // the reader ended; the link must not be used
@@ -429,6 +434,7 @@ func (ss *session) serverToClient(l *link) error {
 			if endInjected {
 				ss.mu.Lock()
 				l.rfqs++
+				l.answered = 0
 				l.swallow = l.swallow[1:]
 				ss.cond.Broadcast() // syncPrimary may wait for it
 				ss.mu.Unlock()
@@ -545,6 +551,7 @@ func (ss *session) serverToClient(l *link) error {
 				}
 			}
 			ss.mu.Lock()
+			l.answered++
 			l.stmtAnsweredLocked(h.Type)
 			if h.Type == '3' && l.closes > 0 {
 				l.closes-- // a client's Close answered: no barrier waits past it
@@ -574,9 +581,17 @@ func (ss *session) serverToClient(l *link) error {
 				ss.batchFailedLocked(l)
 				ss.mu.Unlock()
 			case 'C':
+				ss.mu.Lock()
+				l.answered++
+				ss.mu.Unlock()
 				ss.commandComplete(body)
 			}
 		default:
+			if answers(h.Type) {
+				ss.mu.Lock()
+				l.answered++
+				ss.mu.Unlock()
+			}
 			err = wire.Copy(ss.out(), srv.R, h.Len)
 			if err != nil {
 				var we *wire.WriteError
@@ -832,6 +847,9 @@ func (ss *session) relayHeld(l *link) error {
 		if b[0] == '1' || b[0] == '3' {
 			l.stmtAnsweredLocked(b[0])
 		}
+		if answers(b[0]) {
+			l.answered++
+		}
 		b = b[n:]
 	}
 	ss.mu.Unlock()
@@ -861,6 +879,7 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	l.rfqs++
+	l.answered = 0
 	for len(l.ops) > 0 && l.ops[0].batch < l.rfqs {
 		l.ops = l.ops[1:] // answered without a confirmation we could match
 	}
@@ -968,4 +987,17 @@ func (ss *session) serverFailed(srv *pool.Conn, err error, toldClient bool) {
 	}
 	ss.kill(&clientError{severity: "FATAL", code: codeConnectionFailure,
 		message: "pg-kinetic: lost the connection to the server", detail: "server " + srv.Addr})
+}
+
+// answers reports whether a backend message of type t is the last answer
+// to one extended-protocol message: ParseComplete, BindComplete,
+// CloseComplete, the row description (or NoData) ending a Describe, the
+// CommandComplete, EmptyQueryResponse or PortalSuspended ending an
+// Execute. (An ErrorResponse answers one too, and ends the batch.)
+func answers(t byte) bool {
+	switch t {
+	case '1', '2', '3', 'T', 'n', 'C', 'I', 's':
+		return true
+	}
+	return false
 }

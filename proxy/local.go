@@ -47,8 +47,6 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 	d := ds[0]
 	if name, ok := kineticShowName(d.text); ok {
 		ss.waitIdle()
-		ss.unnamed = stmtInfo{} // a simple Query destroys it, also one the proxy answers
-		ss.forgetLocalOnQuery()
 		if ss.txStatus() == 'E' {
 			return true, ss.failUnit(abortedTx(), false)
 		}
@@ -64,8 +62,6 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 	st := d.Statements[0]
 	if st.Effect == classify.EffectSet && strings.HasPrefix(strings.ToLower(st.Setting.Name), "pg_kinetic.") {
 		ss.waitIdle()
-		ss.unnamed = stmtInfo{}
-		ss.forgetLocalOnQuery()
 		if ss.txStatus() == 'E' {
 			return true, ss.failUnit(abortedTx(), false)
 		}
@@ -111,6 +107,18 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 			&pgproto3.ReadyForQuery{TxStatus: 'E'})
 	}
 	return false, nil
+}
+
+// queryNotForwarded applies what a simple Query does to the session's
+// statements when the proxy answered it itself (a pg_kinetic.* command, a
+// deferred BEGIN or its end, a rejection): the unnamed statement is gone,
+// as it would be on a server, whatever the answer was.
+func (ss *session) queryNotForwarded() {
+	ss.waitIdle()
+	ss.mu.Lock()
+	ss.unnamed = stmtInfo{}
+	ss.mu.Unlock()
+	ss.forgetLocalOnQuery()
 }
 
 // reject answers a unit with KN001. For an open batch (ended by Flush)

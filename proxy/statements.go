@@ -98,6 +98,7 @@ func (ss *session) inject(l *link, msg wire.Encoder, drop byte) error {
 	l.swallow = append(l.swallow, expect{kind: drop, batch: l.batches})
 	if drop == 'Z' {
 		l.batches++
+		l.sent = 0
 	}
 	if _, simple := msg.(*pgproto3.Query); simple {
 		// A simple Query destroys the server's unnamed statement: the
@@ -365,6 +366,9 @@ type stmtOp struct {
 	kind  byte   // 'P' Parse, 'C' Close of a statement, 'c' Close of a portal
 	name  string // statement name
 	batch uint64 // the link's batch it was written in
+	// idx is the number of the client's messages written in its batch
+	// before it (the server answers each in turn: see link.answered).
+	idx  int
 	noop  bool   // changes nothing (a Parse the server will refuse, a portal)
 	// set is the Parse body written ("" for a Close); prev/had what the
 	// client held before, prevServer/hadServer what the server held.
@@ -379,7 +383,7 @@ type stmtOp struct {
 // hold no lock (session goroutine).
 func (ss *session) noteStmtOp(l *link, op stmtOp) {
 	ss.mu.Lock()
-	op.batch = l.batches
+	op.batch, op.idx = l.batches, l.sent
 	l.ops = append(l.ops, op)
 	ss.mu.Unlock()
 }
@@ -400,7 +404,17 @@ func (l *link) stmtAnsweredLocked(t byte) {
 // Callers hold ss.mu.
 func (ss *session) batchFailedLocked(l *link) {
 	kept := l.ops[:0]
+	first := true
 	for _, op := range l.ops {
+		if op.batch == l.rfqs && !op.noop && first && op.kind == 'P' && op.name == "" && op.idx == l.answered {
+			// The error is this Parse's own: the server dropped its
+			// unnamed statement before it parsed the new one, so there is
+			// none now, on either side.
+			op.prev, op.had, op.prevServer, op.hadServer = stmtInfo{}, false, "", false
+		}
+		if op.batch == l.rfqs {
+			first = false
+		}
 		if op.batch == l.rfqs && !op.noop {
 			l.undo = append(l.undo, op)
 			ss.undo = append(ss.undo, op)
