@@ -369,7 +369,7 @@ type stmtOp struct {
 	// idx is the number of the client's messages written in its batch
 	// before it (the server answers each in turn: see link.answered).
 	idx  int
-	noop  bool   // changes nothing (a Parse the server will refuse, a portal)
+	noop bool // changes nothing (a Parse the server will refuse, a portal)
 	// set is the Parse body written ("" for a Close); prev/had what the
 	// client held before, prevServer/hadServer what the server held.
 	set                  string
@@ -377,6 +377,10 @@ type stmtOp struct {
 	had                  bool
 	prevServer           string
 	hadServer, dropAfter bool
+	// A Close of a statement the client PREPAREd in SQL (one namespace):
+	// what the client and the server held.
+	prevSQL       *sqlPrep
+	prevServerSQL *string
 }
 
 // noteStmtOp queues op on l, in the order the server answers. Callers
@@ -500,6 +504,10 @@ func (ss *session) undoClient(ops []stmtOp) {
 			} else if _, ok := ss.stmts[op.name]; !ok {
 				ss.stmts[op.name] = op.prev
 			}
+		case op.kind == 'C' && op.prevSQL != nil:
+			if _, ok := ss.sqlPrepared[op.name]; !ok {
+				ss.sqlPrepared[op.name] = *op.prevSQL
+			}
 		}
 	}
 }
@@ -531,6 +539,10 @@ func (l *link) applyServerUndoLocked() {
 			} else if _, ok := l.st.prepared[op.name]; !ok {
 				l.st.prepared[op.name] = op.prevServer
 			}
+		case op.kind == 'C' && op.prevServerSQL != nil:
+			if _, ok := l.st.sqlPrepared[op.name]; !ok {
+				l.st.sqlPrepared[op.name] = *op.prevServerSQL
+			}
 		}
 	}
 	l.undo = nil
@@ -539,6 +551,14 @@ func (l *link) applyServerUndoLocked() {
 // trackFrontend updates the session's statement bookkeeping for a client
 // message about to be written to l, injecting what l needs first.
 func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
+	ss.mu.Lock()
+	skipped := l.failed == l.batches+1 && typ != 'S'
+	ss.mu.Unlock()
+	if skipped {
+		// The batch already failed (an error arrived before this message
+		// was written): the server skips it to Sync, it changes nothing.
+		return nil
+	}
 	switch typ {
 	case 'P':
 		name, query, err := parseNames(body)
@@ -600,9 +620,16 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		} else {
 			op.prev, op.had = ss.stmts[name]
 			op.prevServer, op.hadServer = l.st.prepared[name]
+			if p, ok := ss.sqlPrepared[name]; ok {
+				op.prevSQL = &p
+			}
+			if p, ok := l.st.sqlPrepared[name]; ok {
+				op.prevServerSQL = &p
+			}
 			ss.noteStmtOp(l, op)
 			delete(ss.stmts, name)
-			delete(l.st.prepared, name)
+			delete(ss.sqlPrepared, name) // one namespace: Close closes a PREPAREd one too
+			l.st.drop(name)
 		}
 	case 'Q':
 		// A simple Query drops the unnamed statement, on the server and so
