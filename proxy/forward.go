@@ -442,11 +442,17 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 // statement that is not a read (or asks for the primary).
 func (ss *session) leavesReplica(b *batch) bool {
 	typ := b.msgs[0].typ
-	if typ != 'P' && typ != 'B' || ss.txStatus() != 'I' {
+	if typ != 'P' && typ != 'B' || ss.txStatus() != 'I' || ss.streamUnit.begins {
+		// (A BEGIN earlier in the open unit: the transaction block is
+		// open on the replica, though no ReadyForQuery said so yet.)
 		return false
 	}
 	u, _ := ss.analyze(b, false)
-	return !u.read || u.hintPrim
+	leaves := !u.read || u.hintPrim
+	if !leaves && u.begins {
+		ss.streamUnit.begins = true // BEGIN READ ONLY: the unit stays there
+	}
+	return leaves
 }
 
 // endReplicaStream ends the replica's part of an open unit: once the
@@ -1263,6 +1269,9 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 		switch st.Tx {
 		case classify.TxBegin, classify.TxBeginReadWrite:
 			stRead, stReason = false, reasonWrite
+			u.begins = true
+		case classify.TxBeginReadOnly:
+			u.begins = true
 		case classify.TxEnd:
 			u.txEnd = true
 		}

@@ -45,6 +45,7 @@ type unitInfo struct {
 	txStart   bool   // the unit opens a transaction (it will be pinned wherever it goes)
 	pinEffect bool   // a statement pins the session to the primary
 	txEnd     bool   // a statement ends a transaction
+	begins    bool   // a statement (any, not only the first) opens a transaction block
 	copyIn    bool   // COPY ... FROM STDIN
 
 	// Freshness hints (SPEC §4).

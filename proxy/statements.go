@@ -288,10 +288,10 @@ func (ss *session) ensureSQLStatement(l *link, name string) error {
 		return nil
 	}
 	if ss.midBatch {
-		// A SQL PREPARE replays only as a simple Query, which would end
-		// the client's extended batch half-way: the server reports the
-		// statement missing (26000) instead.
-		return nil
+		// Inside the client's extended batch a simple Query would end it
+		// half-way: the PREPARE runs as an extended statement of the
+		// proxy's own, under names no client uses.
+		return ss.replayPrepareExtended(l, name, want.text)
 	}
 	if _, has := l.st.sqlPrepared[name]; has {
 		if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(name)}, 'Z'); err != nil {
@@ -302,6 +302,41 @@ func (ss *session) ensureSQLStatement(l *link, name string) error {
 		return err
 	}
 	l.st.sqlPrepared[name] = want.text
+	return nil
+}
+
+// replayPrepareExtended runs a client's SQL PREPARE on l in the extended
+// protocol (Parse/Bind/Execute of the PREPARE itself, then Close), inside
+// the client's batch. A statement of that name in the way is closed first
+// (a protocol Close closes a PREPAREd one too).
+func (ss *session) replayPrepareExtended(l *link, name, text string) error {
+	const tmp = "pg_kinetic prepare"
+	if l.st.holds(name) {
+		if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3'); err != nil {
+			return err
+		}
+		l.st.drop(name)
+	}
+	steps := []struct {
+		msg  pgproto3.FrontendMessage
+		drop byte
+	}{
+		{&pgproto3.Parse{Name: tmp, Query: text}, '1'},
+		{&pgproto3.Bind{DestinationPortal: tmp, PreparedStatement: tmp}, '2'},
+		{&pgproto3.Execute{Portal: tmp}, 'C'},
+		{&pgproto3.Close{ObjectType: 'P', Name: tmp}, '3'},
+		{&pgproto3.Close{ObjectType: 'S', Name: tmp}, '3'},
+	}
+	for _, s := range steps {
+		if err := ss.inject(l, s.msg, s.drop); err != nil {
+			return err
+		}
+	}
+	if ss.txStatus() != 'E' {
+		// (In a failed transaction the Parse fails with 25P02, the error
+		// the client's own Bind would have had: nothing was prepared.)
+		l.st.sqlPrepared[name] = text
+	}
 	return nil
 }
 
