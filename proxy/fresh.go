@@ -56,9 +56,26 @@ func (ss *session) injectCapture(l *link, kind byte) error {
 	if kind == captureReplay {
 		q = replayQuery
 	}
-	buf, err := (&pgproto3.Query{String: q}).Encode(nil)
-	if err != nil {
-		return err
+	// In the extended protocol, under names no client uses, so the
+	// client's unnamed statement and portal survive it (a simple Query
+	// would destroy the statement, and re-preparing it fails in a failed
+	// transaction). The Closes first: one left by a failed batch is gone.
+	const name = "pg_kinetic position"
+	var buf []byte
+	var err error
+	for _, m := range []pgproto3.FrontendMessage{
+		&pgproto3.Close{ObjectType: 'P', Name: name},
+		&pgproto3.Close{ObjectType: 'S', Name: name},
+		&pgproto3.Parse{Name: name, Query: q},
+		&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name},
+		&pgproto3.Execute{Portal: name},
+		&pgproto3.Close{ObjectType: 'P', Name: name},
+		&pgproto3.Close{ObjectType: 'S', Name: name},
+		&pgproto3.Sync{},
+	} {
+		if buf, err = m.Encode(buf); err != nil {
+			return err
+		}
 	}
 	ss.mu.Lock()
 	if l.dead {
@@ -71,7 +88,6 @@ func (ss *session) injectCapture(l *link, kind byte) error {
 	l.batches++
 	l.sent = 0
 	ss.captures++
-	l.st.unnamed = "" // the simple Query destroys the unnamed statement
 	if l.parked {
 		ss.cond.Broadcast()
 	}
