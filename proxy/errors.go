@@ -11,6 +11,7 @@ import (
 // SQLSTATEs the proxy itself reports.
 const (
 	codeProtocolViolation    = "08P01"
+	codeObjectNotInState     = "55000"
 	codeConnectionFailure    = "08006"
 	codeInvalidAuthorization = "28000"
 	codeInvalidPassword      = "28P01"

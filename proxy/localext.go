@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -30,6 +31,9 @@ type kcmd struct {
 type kportal struct {
 	cmd     kcmd
 	textFmt bool // the result column's format is text (else binary)
+	// ran: Executed once. A SHOW's portal has then sent its row (later
+	// Executes complete with none), a SET's cannot run again (55000).
+	ran bool
 }
 
 // kineticCommand reports whether query is one SHOW/SET/RESET of a
@@ -453,14 +457,34 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 		}
 		return send(rowDescription(p.cmd.show, p.textFmt))
 	case 'E':
-		portal, _, _ := cstring(body)
+		portal, rest, _ := cstring(body)
+		var maxRows uint32
+		if len(rest) >= 4 {
+			maxRows = binary.BigEndian.Uint32(rest)
+		}
 		p := ss.kportals[portal]
+		ran := p.ran
+		p.ran = true
+		ss.kportals[portal] = p
 		if p.cmd.show != "" {
+			done := &pgproto3.CommandComplete{CommandTag: []byte("SHOW")}
+			if ran {
+				return send(done) // its one row was sent
+			}
 			value, e := ss.kineticShow(p.cmd.show)
 			if e != nil {
 				return e
 			}
-			return send(&pgproto3.DataRow{Values: [][]byte{[]byte(value)}}, &pgproto3.CommandComplete{CommandTag: []byte("SHOW")})
+			row := &pgproto3.DataRow{Values: [][]byte{[]byte(value)}}
+			if maxRows == 1 {
+				// As a server does: the limit is reached before it knows
+				// there are no more rows.
+				return send(row, &pgproto3.PortalSuspended{})
+			}
+			return send(row, done)
+		}
+		if ran {
+			return protoErr(codeObjectNotInState, "portal %q cannot be run", portal)
 		}
 		tag, e := ss.kineticSet(p.cmd.set)
 		if e != nil {

@@ -160,12 +160,24 @@ func (ss *session) ensureStatement(l *link, name string) error {
 	if err := ss.inject(l, &p, '1'); err != nil {
 		return err
 	}
+	if ss.txStatus() == 'E' && !ss.endsTransaction(want.query) {
+		// In a failed transaction the Parse fails (25P02, the client's
+		// error): the server still has no such statement.
+		return nil
+	}
 	if name == "" {
 		l.st.unnamed = string(want.parse)
 	} else {
 		l.st.prepared[name] = string(want.parse)
 	}
 	return nil
+}
+
+// endsTransaction reports whether query is one statement a server
+// accepts in a failed transaction (COMMIT, ROLLBACK and the like).
+func (ss *session) endsTransaction(query string) bool {
+	d := ss.classifier.Classify(query)
+	return len(d.Statements) == 1 && d.Statements[0].Tx == classify.TxEnd
 }
 
 // injectStatements prepares on l, ahead of every message of b, the
