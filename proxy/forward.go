@@ -470,6 +470,12 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 	}
 	ss.mu.Lock()
 	ss.unsynced = false
+	if len(ss.effects) > 0 {
+		// The Sync committed the replica's part, its SETs too, which the
+		// rest of the unit may still roll back for the client: the
+		// replica's settings are replayed before its next use.
+		l.st.settings = settingsUnknown
+	}
 	ss.mu.Unlock()
 	ss.stream = nil
 	defer ss.unclaim(l)
