@@ -469,6 +469,7 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 		return false, errServerGone
 	}
 	ss.mu.Lock()
+	l.swallow[len(l.swallow)-1].keepParams = true // (not flushed yet: unanswered)
 	ss.unsynced = false
 	if len(ss.effects) > 0 {
 		// The Sync committed the replica's part, its SETs too, which the

@@ -145,6 +145,11 @@ type expect struct {
 	// row the proxy keeps (fresh.go): captureWrite, captureRead or
 	// capturePosition.
 	capture byte
+	// keepParams: the ParameterStatus messages before the ReadyForQuery
+	// are the client's (its SETs, committed by the proxy's Sync): they
+	// reach the client before its own next ReadyForQuery, where the
+	// server would have sent them.
+	keepParams bool
 }
 
 // newLink wraps a connection the session holds; claimed, it starts with
@@ -393,6 +398,11 @@ func (ss *session) serverToClient(l *link) error {
 					var ps pgproto3.ParameterStatus
 					if ps.Decode(body) == nil {
 						srv.Params[ps.Name] = ps.Value
+						if head.keepParams {
+							ss.mu.Lock()
+							ss.heldParams = append(ss.heldParams, ps)
+							ss.mu.Unlock()
+						}
 					}
 				case 'E':
 					if (deferFatal || !l.replica && !ss.txPool) && isFatal(body) {
@@ -533,6 +543,10 @@ func (ss *session) serverToClient(l *link) error {
 			continue
 		}
 		if h.Type == 'Z' {
+			if werr := ss.reportHeldParams(); werr != nil {
+				ss.conn.Close()
+				return werr
+			}
 			if werr := ss.reportResets(l); werr != nil {
 				ss.conn.Close()
 				return werr
@@ -715,6 +729,38 @@ func (ss *session) relayParameterStatus(l *link, body []byte) error {
 	return nil
 }
 
+// reportHeldParams tells the client, before a ReadyForQuery of its own,
+// the parameter changes a server reported where the proxy ended a part of
+// the client's unit (endReplicaStream), unless it knows them already.
+func (ss *session) reportHeldParams() error {
+	ss.mu.Lock()
+	held := ss.heldParams
+	ss.heldParams = nil
+	ss.mu.Unlock()
+	if len(held) == 0 {
+		return nil
+	}
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	for i := range held {
+		ps := &held[i]
+		if last, ok := ss.reported[ps.Name]; ok && last == ps.Value {
+			continue
+		}
+		if ss.reported != nil {
+			ss.reported[ps.Name] = ps.Value
+		}
+		buf, err := ps.Encode(nil)
+		if err != nil {
+			return err
+		}
+		if _, err := ss.out().Write(buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // reportResets, at the ReadyForQuery ending a batch with a RESET, tells
 // the client the startup values the RESET returned it to that the server
 // did not report (its own default did not change) and the client does not
@@ -727,7 +773,11 @@ func (ss *session) reportResets(l *link) error {
 	}
 	n := l.resets[0]
 	l.resets = l.resets[1:]
+	failed := l.failed == l.rfqs+1
 	ss.mu.Unlock()
+	if failed {
+		return nil // the batch failed: its RESET (or DISCARD) was rolled back
+	}
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
 	for _, st := range ss.startup {

@@ -52,7 +52,10 @@ type session struct {
 	// reported is the last value of each parameter the client was told
 	// in a ParameterStatus (under wmu); startupVals the client's startup
 	// settings by lower-case name (set at connect).
-	reported    map[string]string
+	reported map[string]string
+	// heldParams: ParameterStatus for the client from a Sync of the
+	// proxy's own (reportHeldParams).
+	heldParams  []pgproto3.ParameterStatus
 	startupVals map[string]string
 
 	wmu sync.Mutex    // serialises writes to the client
