@@ -216,7 +216,17 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 				}
 				continue
 			}
-			if err := ss.forwardStreamed(l, h); err != nil {
+			if ss.stream == nil && l != nil && !ss.claimLink(l) {
+				// (COPY data: the copy's connection, claimed while the
+				// message is written, so it cannot go back to the pool
+				// under the write; gone: the data is dropped.)
+				l = nil
+			}
+			err := ss.forwardStreamed(l, h)
+			if ss.stream == nil {
+				ss.unclaim(l)
+			}
+			if err != nil {
 				return false, err
 			}
 			if err := ss.endStream(l, h.Type); err != nil {

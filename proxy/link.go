@@ -858,6 +858,13 @@ func (l *link) claimLocked() bool {
 	return true
 }
 
+// claimLink is claimLocked for callers holding no lock.
+func (ss *session) claimLink(l *link) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return l.claimLocked()
+}
+
 // unclaim ends one claim of l, waking its reader if it waits to release.
 func (ss *session) unclaim(l *link) {
 	if l == nil {

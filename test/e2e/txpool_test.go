@@ -344,3 +344,70 @@ func TestTxPoolFullPoolFailsTheUnitOnly(t *testing.T) {
 		t.Fatalf("after the pool freed up: %d", got)
 	}
 }
+
+// TestTxPoolCopyAmongOtherClients: clients that COPY FROM STDIN share a
+// pool of 1 with clients running prepared statements; every COPY's rows
+// arrive and every other statement gets its answer. (The last message of
+// a COPY was written without a claim on its connection, which its reader
+// could hand back to the pool while the write was finishing: another
+// session's messages were then garbled on that connection, the server
+// answered "invalid frontend message type" and closed it. Under -race,
+// as in make test, the detector also names the unsynchronised write.)
+func TestTxPoolCopyAmongOtherClients(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := txProxy(t, cl, 1)
+	ctx := ctxT(t, 120*time.Second)
+	tbl := uniqueIdent("txcopy")
+	admin := connect(t, ctx, px.AppDSN())
+	if _, err := admin.Exec(ctx, "create table "+tbl+" (client int, n int)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Primary.Exec(context.Background(), "drop table if exists "+tbl) })
+	const copiers, queriers, rounds, rows = 3, 3, 100, 5
+	var wg sync.WaitGroup
+	errs := make(chan error, copiers+queriers)
+	for i := 0; i < copiers; i++ {
+		c := connect(t, ctx, px.AppDSN())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				src := make([][]any, rows)
+				for k := range src {
+					src[k] = []any{int32(i), int32(r*rows + k)}
+				}
+				n, err := c.CopyFrom(ctx, pgx.Identifier{tbl}, []string{"client", "n"}, pgx.CopyFromRows(src))
+				if err != nil || n != rows {
+					errs <- fmt.Errorf("copier %d round %d: %d rows, %v", i, r, n, err)
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < queriers; i++ {
+		c := connect(t, ctx, px.AppDSN())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds*3; r++ {
+				var got int
+				if err := c.QueryRow(ctx, "select $1::int + 1", r).Scan(&got); err != nil || got != r+1 {
+					errs <- fmt.Errorf("querier %d round %d: got %d, %v", i, r, got, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var total int
+	if err := admin.QueryRow(ctx, "select count(*) from "+tbl).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if total != copiers*rounds*rows {
+		t.Errorf("%d rows copied, want %d", total, copiers*rounds*rows)
+	}
+}
