@@ -538,10 +538,12 @@ func (ss *session) count(l *link, typ byte) {
 	switch typ {
 	case 'Q', 'F':
 		ss.pending++
+		ss.unitSeq++
 		l.batches++
 		l.sent = 0
 	case 'S':
 		ss.pending++
+		ss.unitSeq++
 		l.batches++
 		l.sent = 0
 		l.closes = 0
@@ -949,6 +951,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		if lost {
 			// Its ReadyForQuery will never come; forget what we counted.
 			ss.pending -= countSyncs(b)
+			ss.unitSeq -= uint64(countSyncs(b)) // it runs again elsewhere
 			ss.unsynced = false
 			ss.cur = nil
 		}
@@ -1376,9 +1379,9 @@ func (ss *session) recordEffects(ds []*classified) {
 			case classify.EffectPin:
 				ss.pinned = reasonSessionPinned
 			case classify.EffectSet, classify.EffectDiscardAll:
-				ss.effects = append(ss.effects, effect{kind: st.Effect, setting: st.Setting})
+				ss.effects = append(ss.effects, effect{kind: st.Effect, setting: st.Setting, seq: ss.unitSeq})
 				for _, more := range st.MoreSettings {
-					ss.effects = append(ss.effects, effect{kind: st.Effect, setting: more})
+					ss.effects = append(ss.effects, effect{kind: st.Effect, setting: more, seq: ss.unitSeq})
 				}
 			case classify.EffectPrepare:
 				_, taken := ss.sqlPrepared[st.PrepareName]
@@ -1466,8 +1469,14 @@ func (ss *session) effectiveSettings() []setting {
 // Callers hold ss.mu.
 func (ss *session) unitEnded() {
 	ok := !ss.unitErr && ss.lastTag != "ROLLBACK"
-	if ok && len(ss.effects) > 0 {
-		for _, e := range ss.effects {
+	// Effects of units still to be answered (pipelined) wait for theirs.
+	n := 0
+	for n < len(ss.effects) && ss.effects[n].seq < ss.doneSeq {
+		n++
+	}
+	done, later := ss.effects[:n], ss.effects[n:]
+	if ok && len(done) > 0 {
+		for _, e := range done {
 			switch e.kind {
 			case classify.EffectSet:
 				ss.applySetting(e.setting)
@@ -1489,9 +1498,9 @@ func (ss *session) unitEnded() {
 			// The server that ran them has them; after DISCARD ALL it is
 			// back at its defaults, without the startup settings too.
 			switch {
-			case hasDiscard(ss.effects):
+			case hasDiscard(done):
 				ss.cur.st.settings = ""
-			case hasReset(ss.effects):
+			case hasReset(done):
 				// RESET returned the server to its defaults, not to the
 				// client's startup values, which the session still holds:
 				// replay them before the next unit there.
@@ -1501,7 +1510,7 @@ func (ss *session) unitEnded() {
 			}
 		}
 	}
-	ss.effects = ss.effects[:0]
+	ss.effects = append(ss.effects[:0], later...)
 	ss.unitErr = false
 }
 

@@ -941,6 +941,7 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 		l.ops = l.ops[1:] // answered without a confirmation we could match
 	}
 	ss.pending--
+	ss.doneSeq++
 	ss.tx = status
 	if status == 'I' {
 		ss.unitEnded()

@@ -117,7 +117,11 @@ type session struct {
 	// srvPortals are the named portals the client Bound on servers in
 	// its current transaction (a local Bind into one fails with 42P03).
 	srvPortals map[string]bool
-	effects    []effect // of the unit in progress, applied when it ends well
+	effects    []effect // of the units in progress, applied when theirs ends well
+	// unitSeq counts the client's units written to servers (each ended by
+	// a Sync or Query), doneSeq their ReadyForQuery: pipelined units'
+	// effects apply or not each with its own unit.
+	unitSeq, doneSeq uint64
 
 	last       lastRoute        // SHOW pg_kinetic.last_route (under mu)
 	counters   []sessionCounter // decisionCounter (session goroutine)

@@ -32,6 +32,7 @@ type sqlPrep struct {
 type effect struct {
 	kind    classify.Effect
 	setting classify.Setting
+	seq     uint64 // the unit it belongs to (session.unitSeq when it was routed)
 }
 
 // cstring splits a NUL-terminated string off b.
