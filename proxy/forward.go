@@ -729,6 +729,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		return nil, nil // the session's backend was terminated
 	}
 	u, decisions := ss.analyze(b, oversized)
+	u.restore = ss.restoreQuery(decisions)
 	if open {
 		ss.streamUnit = u // for the position query when the unit's Sync comes
 	}
@@ -1070,6 +1071,16 @@ func (ss *session) linkDead(l *link) bool {
 // transaction (the token; SPEC §5), after a read on a replica (the
 // monotonic floor). An open unit gets it when its Sync arrives.
 func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
+	if !open && !u.copyIn && u.restore != "" {
+		// RESET returns a server connection to its own defaults, where
+		// PostgreSQL returns a session to the values it logged in with:
+		// the client's startup values are set again at once, in the
+		// same transaction (a ROLLBACK undoes both), so the client's
+		// next statement sees them as directly.
+		if err := ss.inject(l, &pgproto3.Query{String: u.restore}, 'Z'); err != nil {
+			return errServerGone
+		}
+	}
 	if open || !ss.freshnessOn() {
 		return nil
 	}

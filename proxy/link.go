@@ -736,8 +736,11 @@ func (ss *session) reportHeldParams() error {
 	ss.mu.Lock()
 	held := ss.heldParams
 	ss.heldParams = nil
+	// A unit that failed or rolled back undid those SETs: PostgreSQL
+	// reports nothing then (the value is the one it last reported).
+	undone := ss.unitErr || ss.lastTag == "ROLLBACK"
 	ss.mu.Unlock()
-	if len(held) == 0 {
+	if len(held) == 0 || undone {
 		return nil
 	}
 	ss.wmu.Lock()

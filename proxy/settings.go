@@ -3,6 +3,8 @@ package proxy
 import (
 	"sort"
 	"strings"
+
+	"github.com/pg-kinetic/pg-kinetic/classify"
 )
 
 // setting is one run-time parameter a client asked for at startup, applied
@@ -119,4 +121,36 @@ func settingsQuery(settings []setting) string {
 
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// restoreQuery is the settings query that gives back the client's startup
+// values a unit's RESET, RESET ALL or DISCARD ALL returns to the server's
+// defaults (a later SET in the unit wins), "" if none.
+func (ss *session) restoreQuery(ds []*classified) string {
+	if len(ss.startup) == 0 {
+		return ""
+	}
+	all := false
+	var last map[string]bool // name -> the unit's last word on it was a RESET
+	for _, d := range ds {
+		for _, st := range d.Statements {
+			switch {
+			case st.Effect == classify.EffectDiscardAll || st.Effect == classify.EffectSet && st.Setting.Reset && st.Setting.Name == "":
+				all, last = true, nil
+			case st.Effect == classify.EffectSet:
+				if last == nil {
+					last = map[string]bool{}
+				}
+				last[strings.ToLower(st.Setting.Name)] = st.Setting.Reset
+			}
+		}
+	}
+	var out []setting
+	for _, s := range ss.startup {
+		reset, named := last[strings.ToLower(s.name)]
+		if named && reset || !named && all {
+			out = append(out, s)
+		}
+	}
+	return settingsQuery(out)
 }
