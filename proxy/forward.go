@@ -887,11 +887,15 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 				continue
 			}
 		}
+		sqlOp, hasSQLOp := ss.sqlStatementOp(l, b, decisions)
 		if err := ss.prepareLink(l, decisions); err != nil {
 			ss.unclaim(l)
 			return nil, err
 		}
 		ss.recordRoute(d, decisions)
+		if hasSQLOp {
+			ss.noteStmtOp(l, sqlOp)
+		}
 		ss.noteResets(l, decisions)
 		if d.target == targetReplica && class.label {
 			// label_staleness: the answer says how stale it may be.
@@ -1407,9 +1411,10 @@ func (ss *session) recordEffects(ds []*classified) {
 				}
 			case classify.EffectDeallocate:
 				if st.PrepareName == "" {
+					// (The unnamed statement is not a prepared statement
+					// DEALLOCATE ALL knows: it survives.)
 					ss.sqlPrepared = map[string]sqlPrep{}
 					ss.stmts = map[string]stmtInfo{}
-					ss.unnamed = stmtInfo{}
 				} else {
 					delete(ss.sqlPrepared, st.PrepareName)
 					delete(ss.stmts, st.PrepareName) // one namespace

@@ -314,7 +314,9 @@ func (ss *session) ensureSQLStatement(l *link, name string) error {
 	if err := ss.inject(l, &pgproto3.Query{String: want.text}, 'Z'); err != nil {
 		return err
 	}
-	l.st.sqlPrepared[name] = want.text
+	if ss.txStatus() != 'E' { // (in a failed transaction it fails: 25P02)
+		l.st.sqlPrepared[name] = want.text
+	}
 	return nil
 }
 
@@ -411,7 +413,10 @@ func (ss *session) needsStatements(l *link, b *batch) bool {
 // on the client's side and on the server's record, so a statement the
 // server never took is never prepared elsewhere in its name.
 type stmtOp struct {
-	kind  byte   // 'P' Parse, 'C' Close of a statement, 'c' Close of a portal
+	// 'P' Parse, 'C' Close of a statement, 'c' Close of a portal; 'q' a
+	// SQL PREPARE, 'x' a SQL DEALLOCATE (a simple Query of that statement
+	// alone: its batch fails if and only if it does).
+	kind  byte
 	name  string // statement name
 	batch uint64 // the link's batch it was written in
 	// idx is the number of the client's messages written in its batch
@@ -429,6 +434,50 @@ type stmtOp struct {
 	// what the client and the server held.
 	prevSQL       *sqlPrep
 	prevServerSQL *string
+	serverSet     string // 'q': the PREPARE text recorded for the server
+}
+
+// sqlStatementOp, for a simple Query that is one SQL PREPARE or one
+// DEALLOCATE of a name, is the op that undoes its bookkeeping if the
+// server refuses it (before prepareLink and recordEffects apply it).
+func (ss *session) sqlStatementOp(l *link, b *batch, ds []*classified) (stmtOp, bool) {
+	if len(b.msgs) != 1 || b.msgs[0].typ != 'Q' || len(ds) != 1 || len(ds[0].Statements) != 1 {
+		return stmtOp{}, false
+	}
+	st := ds[0].Statements[0]
+	name := st.PrepareName
+	switch {
+	case st.Effect == classify.EffectPrepare && st.Inner != nil:
+		_, taken := ss.sqlPrepared[name]
+		if _, parsed := ss.stmts[name]; parsed || taken {
+			return stmtOp{}, false // refused (42P05): nothing is recorded
+		}
+		text := strings.TrimSpace(ds[0].text)
+		return stmtOp{kind: 'q', name: name, set: text, serverSet: text}, true
+	case st.Effect == classify.EffectDeallocate && name != "":
+		op := stmtOp{kind: 'x', name: name}
+		if p, ok := ss.sqlPrepared[name]; ok {
+			op.prevSQL = &p
+			if have, ok := l.st.sqlPrepared[name]; ok && have == p.text {
+				op.hadServer, op.prevServerSQL = true, &have
+			}
+		} else if info, ok := ss.stmts[name]; ok {
+			op.prev, op.had = info, true
+			if have, ok := l.st.prepared[name]; ok && have == string(info.parse) {
+				op.hadServer, op.prevServer = true, have
+			}
+		}
+		if ss.txStatus() != 'E' && (op.prevSQL != nil || op.had) {
+			op.hadServer = true // replayed there first (ensureSQLPrepared)
+			if op.prevSQL != nil {
+				op.prevServerSQL = &op.prevSQL.text
+			} else {
+				op.prevServer = string(op.prev.parse)
+			}
+		}
+		return op, true
+	}
+	return stmtOp{}, false
 }
 
 // noteStmtOp queues op on l, in the order the server answers. Callers
@@ -444,7 +493,7 @@ func (ss *session) noteStmtOp(l *link, op stmtOp) {
 // ('1') or CloseComplete ('3') the client receives. Callers hold ss.mu.
 func (l *link) stmtAnsweredLocked(t byte) {
 	for i, op := range l.ops {
-		if t == '1' && op.kind == 'P' || t == '3' && op.kind != 'P' {
+		if t == '1' && op.kind == 'P' || t == '3' && (op.kind == 'C' || op.kind == 'c') {
 			l.ops = append(l.ops[:i], l.ops[i+1:]...)
 			return // (the caller wakes settleOps)
 		}
@@ -556,6 +605,23 @@ func (ss *session) undoClient(ops []stmtOp) {
 			if _, ok := ss.sqlPrepared[op.name]; !ok {
 				ss.sqlPrepared[op.name] = *op.prevSQL
 			}
+		case op.kind == 'q':
+			// A PREPARE that failed (42P05, 25P02, a syntax error)
+			// prepared nothing.
+			if p, ok := ss.sqlPrepared[op.name]; ok && p.text == op.set {
+				delete(ss.sqlPrepared, op.name)
+			}
+		case op.kind == 'x':
+			// A DEALLOCATE that failed deallocated nothing.
+			if op.prevSQL != nil {
+				if _, ok := ss.sqlPrepared[op.name]; !ok {
+					ss.sqlPrepared[op.name] = *op.prevSQL
+				}
+			} else if op.had {
+				if _, ok := ss.stmts[op.name]; !ok {
+					ss.stmts[op.name] = op.prev
+				}
+			}
 		}
 	}
 }
@@ -590,6 +656,18 @@ func (l *link) applyServerUndoLocked() {
 		case op.kind == 'C' && op.prevServerSQL != nil:
 			if _, ok := l.st.sqlPrepared[op.name]; !ok {
 				l.st.sqlPrepared[op.name] = *op.prevServerSQL
+			}
+		case op.kind == 'q':
+			if l.st.sqlPrepared[op.name] == op.serverSet {
+				delete(l.st.sqlPrepared, op.name)
+			}
+		case op.kind == 'x' && op.hadServer:
+			if !l.st.holds(op.name) {
+				if op.prevServerSQL != nil {
+					l.st.sqlPrepared[op.name] = *op.prevServerSQL
+				} else {
+					l.st.prepared[op.name] = op.prevServer
+				}
 			}
 		}
 	}
@@ -739,7 +817,9 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 			}
 		case classify.EffectDeallocate:
 			if st.PrepareName == "" {
+				// Every named statement, of either kind (not the unnamed).
 				clear(l.st.sqlPrepared)
+				clear(l.st.prepared)
 				continue
 			}
 			// DEALLOCATE runs where the session's statement may never
