@@ -887,6 +887,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 				continue
 			}
 		}
+		ss.takeUndo(l) // (the snapshot below is of the settled record)
 		sqlOp, hasSQLOp := ss.sqlStatementOp(l, b, decisions)
 		if err := ss.prepareLink(l, decisions); err != nil {
 			ss.unclaim(l)

@@ -150,6 +150,10 @@ type expect struct {
 	// reach the client before its own next ReadyForQuery, where the
 	// server would have sent them.
 	keepParams bool
+	// undo, for an injected statement the proxy recorded as done on the
+	// server (a re-prepare), takes the record back if it fails or is
+	// skipped.
+	undo *stmtOp
 }
 
 // newLink wraps a connection the session holds; claimed, it starts with
@@ -228,6 +232,10 @@ func (ss *session) detach(l *link, clientAtBoundary bool) {
 	ss.mu.Lock()
 	// Nobody reads l any more: what it still owes will never be answered.
 	ss.forgetSwallowLocked(l, len(l.swallow))
+	// The record of the connection's statements goes back to its pool
+	// with it: what the server refused or skipped is taken back now (the
+	// session's next write, which would have done it, never comes).
+	l.applyServerUndoLocked()
 	busy := l.batches != l.rfqs
 	idle := !busy && (l != ss.cur || ss.idleLocked())
 	ss.mu.Unlock()
@@ -255,6 +263,9 @@ func (ss *session) forgetSwallowLocked(l *link, n int) {
 	for _, e := range l.swallow[:n] {
 		if e.kind == 'b' {
 			l.barrier = barrierFailed
+		}
+		if e.undo != nil {
+			l.undo = append(l.undo, *e.undo) // never ran, or failed
 		}
 		if e.capture != 0 {
 			ss.captures--
@@ -428,6 +439,11 @@ func (ss *session) serverToClient(l *link) error {
 					// follows is reported to it by the proxy.
 					if head.capture == 0 && head.kind != 0 {
 						ss.log.Warn("a statement the proxy injected failed", zap.String("server", l.addr), zap.String("error", errorText(body)))
+					}
+					if head.undo != nil {
+						ss.mu.Lock()
+						l.undo = append(l.undo, *head.undo)
+						ss.mu.Unlock()
 					}
 					l.captured = nil
 				case 'D':

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 
@@ -91,12 +92,18 @@ func describeTarget(body []byte) (byte, string, error) {
 // and registers its response to be dropped. Callers hold no lock; the
 // session goroutine is the only writer of l.
 func (ss *session) inject(l *link, msg wire.Encoder, drop byte) error {
+	return ss.injectUndo(l, msg, drop, nil)
+}
+
+// injectUndo is inject for a statement whose effect the caller records on
+// l.st at once: undo takes the record back if the server fails or skips it.
+func (ss *session) injectUndo(l *link, msg wire.Encoder, drop byte, undo *stmtOp) error {
 	buf, err := msg.Encode(nil)
 	if err != nil {
 		return err
 	}
 	ss.mu.Lock()
-	l.swallow = append(l.swallow, expect{kind: drop, batch: l.batches})
+	l.swallow = append(l.swallow, expect{kind: drop, batch: l.batches, undo: undo})
 	if drop == 'Z' {
 		l.batches++
 		l.sent = 0
@@ -126,7 +133,7 @@ func (ss *session) ensureStatement(l *link, name string) error {
 			// Query the proxy answered, or a local Parse, replaced it),
 			// but the server still holds an old one: drop it, so the
 			// Bind fails with 26000 as directly.
-			if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S'}, '3'); err != nil {
+			if err := ss.injectUndo(l, &pgproto3.Close{ObjectType: 'S'}, '3', l.record("")); err != nil {
 				return err
 			}
 			l.st.unnamed = ""
@@ -148,7 +155,7 @@ func (ss *session) ensureStatement(l *link, name string) error {
 		if l.st.holds(name) {
 			// Another statement of that name (of either kind: one
 			// namespace) is in the way: close it first.
-			if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3'); err != nil {
+			if err := ss.injectUndo(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3', l.record(name)); err != nil {
 				return err
 			}
 			l.st.drop(name)
@@ -158,13 +165,10 @@ func (ss *session) ensureStatement(l *link, name string) error {
 	if err := p.Decode(want.parse); err != nil {
 		return err
 	}
-	if err := ss.inject(l, &p, '1'); err != nil {
+	// (In a failed transaction the Parse fails, 25P02, the error the
+	// client's message would have had; the record is taken back then.)
+	if err := ss.injectUndo(l, &p, '1', l.record(name)); err != nil {
 		return err
-	}
-	if ss.txStatus() == 'E' && !ss.endsTransaction(want.query) {
-		// In a failed transaction the Parse fails (25P02, the client's
-		// error): the server still has no such statement.
-		return nil
 	}
 	if name == "" {
 		l.st.unnamed = string(want.parse)
@@ -172,13 +176,6 @@ func (ss *session) ensureStatement(l *link, name string) error {
 		l.st.prepared[name] = string(want.parse)
 	}
 	return nil
-}
-
-// endsTransaction reports whether query is one statement a server
-// accepts in a failed transaction (COMMIT, ROLLBACK and the like).
-func (ss *session) endsTransaction(query string) bool {
-	d := ss.classifier.Classify(query)
-	return len(d.Statements) == 1 && d.Statements[0].Tx == classify.TxEnd
 }
 
 // injectStatements prepares on l, ahead of every message of b, the
@@ -220,7 +217,7 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 						// Left on this server after the client closed it
 						// elsewhere, or another client's (transaction
 						// pooling): make room for the client's new one.
-						if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: n}, '3'); err != nil {
+						if err := ss.injectUndo(l, &pgproto3.Close{ObjectType: 'S', Name: n}, '3', l.record(n)); err != nil {
 							return err
 						}
 						l.st.drop(n)
@@ -289,11 +286,10 @@ func (ss *session) ensureSQLStatement(l *link, name string) error {
 			// client's (another client's, on a pooled connection, or one
 			// the client closed elsewhere): close it, so the client's use
 			// fails with 26000 as directly instead of running it.
-			if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3'); err != nil {
+			if err := ss.injectUndo(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3', l.record(name)); err != nil {
 				return err
 			}
-			delete(l.st.prepared, name)
-			delete(l.st.sqlPrepared, name)
+			l.st.drop(name)
 		}
 		return nil
 	}
@@ -307,16 +303,15 @@ func (ss *session) ensureSQLStatement(l *link, name string) error {
 		return ss.replayPrepareExtended(l, name, want.text)
 	}
 	if _, has := l.st.sqlPrepared[name]; has {
-		if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(name)}, 'Z'); err != nil {
+		if err := ss.injectUndo(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(name)}, 'Z', l.record(name)); err != nil {
 			return err
 		}
+		l.st.drop(name)
 	}
-	if err := ss.inject(l, &pgproto3.Query{String: want.text}, 'Z'); err != nil {
+	if err := ss.injectUndo(l, &pgproto3.Query{String: want.text}, 'Z', l.record(name)); err != nil {
 		return err
 	}
-	if ss.txStatus() != 'E' { // (in a failed transaction it fails: 25P02)
-		l.st.sqlPrepared[name] = want.text
-	}
+	l.st.sqlPrepared[name] = want.text
 	return nil
 }
 
@@ -327,7 +322,7 @@ func (ss *session) ensureSQLStatement(l *link, name string) error {
 func (ss *session) replayPrepareExtended(l *link, name, text string) error {
 	const tmp = "pg_kinetic prepare"
 	if l.st.holds(name) {
-		if err := ss.inject(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3'); err != nil {
+		if err := ss.injectUndo(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3', l.record(name)); err != nil {
 			return err
 		}
 		l.st.drop(name)
@@ -342,16 +337,19 @@ func (ss *session) replayPrepareExtended(l *link, name, text string) error {
 		{&pgproto3.Close{ObjectType: 'P', Name: tmp}, '3'},
 		{&pgproto3.Close{ObjectType: 'S', Name: tmp}, '3'},
 	}
-	for _, s := range steps {
-		if err := ss.inject(l, s.msg, s.drop); err != nil {
+	undo := l.record(name)
+	for i, s := range steps {
+		var u *stmtOp
+		if i == 2 { // the Execute that prepares it
+			u = undo
+		}
+		if err := ss.injectUndo(l, s.msg, s.drop, u); err != nil {
 			return err
 		}
 	}
-	if ss.txStatus() != 'E' {
-		// (In a failed transaction the Parse fails with 25P02, the error
-		// the client's own Bind would have had: nothing was prepared.)
-		l.st.sqlPrepared[name] = text
-	}
+	// (In a failed transaction the Parse fails with 25P02, the error the
+	// client's own Bind would have had; the record is taken back then.)
+	l.st.sqlPrepared[name] = text
 	return nil
 }
 
@@ -435,6 +433,26 @@ type stmtOp struct {
 	prevSQL       *sqlPrep
 	prevServerSQL *string
 	serverSet     string // 'q': the PREPARE text recorded for the server
+	// 'X', a DEALLOCATE ALL: everything it would forget, to restore if
+	// it fails.
+	allStmts                map[string]stmtInfo
+	allSQL                  map[string]sqlPrep
+	allServer, allServerSQL map[string]string
+}
+
+// record snapshots l's record of statement name ("" the unnamed) as an
+// undo op ('R') for a statement of the proxy's own that changes it.
+func (l *link) record(name string) *stmtOp {
+	op := &stmtOp{kind: 'R', name: name}
+	if name == "" {
+		op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
+		return op
+	}
+	op.prevServer, op.hadServer = l.st.prepared[name]
+	if v, ok := l.st.sqlPrepared[name]; ok {
+		op.prevServerSQL = &v
+	}
+	return op
 }
 
 // sqlStatementOp, for a simple Query that is one SQL PREPARE or one
@@ -454,6 +472,9 @@ func (ss *session) sqlStatementOp(l *link, b *batch, ds []*classified) (stmtOp, 
 		}
 		text := strings.TrimSpace(ds[0].text)
 		return stmtOp{kind: 'q', name: name, set: text, serverSet: text}, true
+	case st.Effect == classify.EffectDeallocate && name == "":
+		return stmtOp{kind: 'X', allStmts: maps.Clone(ss.stmts), allSQL: maps.Clone(ss.sqlPrepared),
+			allServer: maps.Clone(l.st.prepared), allServerSQL: maps.Clone(l.st.sqlPrepared)}, true
 	case st.Effect == classify.EffectDeallocate && name != "":
 		op := stmtOp{kind: 'x', name: name}
 		if p, ok := ss.sqlPrepared[name]; ok {
@@ -611,6 +632,17 @@ func (ss *session) undoClient(ops []stmtOp) {
 			if p, ok := ss.sqlPrepared[op.name]; ok && p.text == op.set {
 				delete(ss.sqlPrepared, op.name)
 			}
+		case op.kind == 'X':
+			for k, v := range op.allStmts {
+				if _, ok := ss.stmts[k]; !ok {
+					ss.stmts[k] = v
+				}
+			}
+			for k, v := range op.allSQL {
+				if _, ok := ss.sqlPrepared[k]; !ok {
+					ss.sqlPrepared[k] = v
+				}
+			}
 		case op.kind == 'x':
 			// A DEALLOCATE that failed deallocated nothing.
 			if op.prevSQL != nil {
@@ -660,6 +692,31 @@ func (l *link) applyServerUndoLocked() {
 		case op.kind == 'q':
 			if l.st.sqlPrepared[op.name] == op.serverSet {
 				delete(l.st.sqlPrepared, op.name)
+			}
+		case op.kind == 'R':
+			// A statement of the proxy's own that failed or was skipped:
+			// the record is what it was before it.
+			if op.name == "" {
+				l.st.unnamed = op.prevServer
+				break
+			}
+			l.st.drop(op.name)
+			if op.hadServer {
+				l.st.prepared[op.name] = op.prevServer
+			}
+			if op.prevServerSQL != nil {
+				l.st.sqlPrepared[op.name] = *op.prevServerSQL
+			}
+		case op.kind == 'X':
+			for k, v := range op.allServer {
+				if !l.st.holds(k) {
+					l.st.prepared[k] = v
+				}
+			}
+			for k, v := range op.allServerSQL {
+				if !l.st.holds(k) {
+					l.st.sqlPrepared[k] = v
+				}
 			}
 		case op.kind == 'x' && op.hadServer:
 			if !l.st.holds(op.name) {
@@ -805,7 +862,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 			if l.st.holds(st.PrepareName) {
 				// Not the client's (it knows none of that name): another
 				// client's, or one it closed elsewhere. Make room.
-				if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z'); err != nil {
+				if err := ss.injectUndo(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(st.PrepareName)}, 'Z', l.record(st.PrepareName)); err != nil {
 					return err
 				}
 				l.st.drop(st.PrepareName)
