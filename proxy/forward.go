@@ -1085,6 +1085,9 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 		if err := ss.inject(l, &pgproto3.Query{String: u.restore}, 'Z'); err != nil {
 			return errServerGone
 		}
+		ss.mu.Lock()
+		ss.restored = true
+		ss.mu.Unlock()
 	}
 	if open || !ss.freshnessOn() {
 		return nil
@@ -1517,7 +1520,7 @@ func (ss *session) unitEnded() {
 			switch {
 			case hasDiscard(done):
 				ss.cur.st.settings = ""
-			case hasReset(done):
+			case hasReset(done) && !ss.restored:
 				// RESET returned the server to its defaults, not to the
 				// client's startup values, which the session still holds:
 				// replay them before the next unit there.
@@ -1529,6 +1532,7 @@ func (ss *session) unitEnded() {
 	}
 	ss.effects = append(ss.effects[:0], later...)
 	ss.unitErr = false
+	ss.restored = false
 }
 
 // settingsUnknown is a serverState.settings no session's key equals.

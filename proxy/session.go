@@ -122,6 +122,10 @@ type session struct {
 	// a Sync or Query), doneSeq their ReadyForQuery: pipelined units'
 	// effects apply or not each with its own unit.
 	unitSeq, doneSeq uint64
+	// restored: the startup values a RESET of the unit reset were set
+	// again on its server right after it (afterUnit), so the server's
+	// settings are the session's (not settingsUnknown).
+	restored bool
 
 	last       lastRoute        // SHOW pg_kinetic.last_route (under mu)
 	counters   []sessionCounter // decisionCounter (session goroutine)
