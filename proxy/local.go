@@ -109,6 +109,32 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 	return false, nil
 }
 
+// abortServerTx makes the transaction block open on the session's server
+// fail, after the proxy failed a statement of it itself: the client's
+// COMMIT then rolls back, as directly. (A statement of the proxy's that
+// the server rejects; its answers are dropped.) Nothing to do when the
+// block never reached a server (a deferred BEGIN).
+func (ss *session) abortServerTx() error {
+	if ss.deferred != "" {
+		return nil
+	}
+	ss.mu.Lock()
+	l := ss.cur
+	ok := l != nil && l.claimLocked()
+	ss.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	defer ss.unclaim(l)
+	if err := ss.inject(l, &pgproto3.Query{String: "pg_kinetic: a proxy-answered statement failed"}, 'Z'); err != nil {
+		return errServerGone
+	}
+	if err := l.conn.W.Flush(); err != nil {
+		return errServerGone
+	}
+	return nil
+}
+
 // queryNotForwarded applies what a simple Query does to the session's
 // statements when the proxy answered it itself (a pg_kinetic.* command, a
 // deferred BEGIN or its end, a rejection): the unnamed statement is gone,
@@ -136,11 +162,17 @@ func (ss *session) reject(d decision, open bool) error {
 func (ss *session) failUnit(e *pgproto3.ErrorResponse, open bool) error {
 	ss.waitIdle()
 	ss.mu.Lock()
-	if ss.tx == 'T' {
+	abort := ss.tx == 'T'
+	if abort {
 		ss.tx = 'E' // like any error inside a transaction block
 	}
 	tx := ss.tx
 	ss.mu.Unlock()
+	if abort {
+		if err := ss.abortServerTx(); err != nil {
+			return err
+		}
+	}
 	msgs := []wire.Encoder{e}
 	if !open {
 		msgs = append(msgs, &pgproto3.ReadyForQuery{TxStatus: tx})

@@ -264,10 +264,16 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 		if e := ss.answerLocal(b.msgs[i].typ, b.body(b.msgs[i])); e != nil {
 			ss.mu.Lock()
 			ss.unitErr = true
-			if ss.tx == 'T' && l == nil {
+			abort := ss.tx == 'T' && l == nil
+			if abort {
 				ss.tx = 'E'
 			}
 			ss.mu.Unlock()
+			if abort {
+				if err := ss.abortServerTx(); err != nil {
+					return nil, false, err
+				}
+			}
 			if err := ss.send(e); err != nil {
 				return nil, false, errClientGone{err}
 			}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"net"
@@ -754,4 +755,52 @@ func TestRetriedReadWithItsOwnParse(t *testing.T) {
 	// The statement exists for the client, once.
 	rc.send(&pgproto3.Bind{PreparedStatement: "s1"}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	rc.want(4, fmt.Sprintf("BindComplete D:%d C:SELECT 1 Z:I", cl.Primary.Port))
+}
+
+// TestProxyErrorAbortsTheServerTransaction: a statement the proxy fails
+// itself inside a transaction block (SET pg_kinetic.min_lsn with a value
+// that is no WAL position) fails the transaction on the server too, so
+// the client's COMMIT rolls back as directly: the row inserted before it
+// is not there afterwards, and statements before the ROLLBACK fail with
+// 25P02. (The proxy used to report the failed state while the server's
+// transaction went on: the COMMIT committed the row.)
+func TestProxyErrorAbortsTheServerTransaction(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 30*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	tbl := uniqueIdent("abort")
+	if _, err := c.Exec(ctx, "create table "+tbl+" (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Primary.Exec(context.Background(), "drop table if exists "+tbl) })
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		if _, err := c.Exec(ctx, "begin"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, "insert into "+tbl+" values (1)"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, "set pg_kinetic.min_lsn = 'not a position'", mode); err == nil {
+			t.Fatalf("%v: a bad pg_kinetic.min_lsn was accepted", mode)
+		}
+		var pgErr *pgconn.PgError
+		if _, err := c.Exec(ctx, "insert into "+tbl+" values (2)"); !errors.As(err, &pgErr) || pgErr.Code != "25P02" {
+			t.Errorf("%v: statement after the failed one: %v, want 25P02", mode, err)
+		}
+		tag, err := c.Exec(ctx, "commit")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tag.String() != "ROLLBACK" {
+			t.Errorf("%v: COMMIT of the failed transaction answered %q, want ROLLBACK", mode, tag)
+		}
+		var n int
+		if err := c.QueryRow(ctx, "select count(*) from "+tbl, pgx.QueryExecModeSimpleProtocol).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("%v: %d rows committed by a transaction that failed", mode, n)
+		}
+	}
 }
