@@ -1076,14 +1076,16 @@ func (ss *session) linkDead(l *link) bool {
 // transaction (the token; SPEC §5), after a read on a replica (the
 // monotonic floor). An open unit gets it when its Sync arrives.
 func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
-	if !open && !u.copyIn && u.restore != "" {
+	if !open && !u.copyIn {
 		// RESET returns a server connection to its own defaults, where
 		// PostgreSQL returns a session to the values it logged in with:
 		// the client's startup values are set again at once, in the
 		// same transaction (a ROLLBACK undoes both), so the client's
 		// next statement sees them as directly.
-		if err := ss.inject(l, &pgproto3.Query{String: u.restore}, 'Z'); err != nil {
-			return errServerGone
+		if u.restore != "" {
+			if err := ss.inject(l, &pgproto3.Query{String: u.restore}, 'Z'); err != nil {
+				return errServerGone
+			}
 		}
 		ss.mu.Lock()
 		ss.restored = true
@@ -1518,7 +1520,7 @@ func (ss *session) unitEnded() {
 			// The server that ran them has them; after DISCARD ALL it is
 			// back at its defaults, without the startup settings too.
 			switch {
-			case hasDiscard(done):
+			case hasDiscard(done) && !ss.restored:
 				ss.cur.st.settings = ""
 			case hasReset(done) && !ss.restored:
 				// RESET returned the server to its defaults, not to the
