@@ -452,15 +452,29 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 // statement that is not a read (or asks for the primary).
 func (ss *session) leavesReplica(b *batch) bool {
 	typ := b.msgs[0].typ
-	if typ != 'P' && typ != 'B' || ss.txStatus() != 'I' || ss.streamUnit.begins {
-		// (A BEGIN earlier in the open unit: the transaction block is
-		// open on the replica, though no ReadyForQuery said so yet.)
+	// The open unit's own BEGIN or COMMIT/ROLLBACK decides whether a
+	// transaction block is open on the replica, though no ReadyForQuery
+	// said so yet.
+	inTx := ss.txStatus() != 'I'
+	switch ss.streamUnit.lastTx {
+	case 'b':
+		inTx = true
+	case 'e':
+		inTx = false
+	}
+	if typ != 'P' && typ != 'B' {
 		return false
 	}
 	u, _ := ss.analyze(b, false)
+	if inTx {
+		if u.lastTx != 0 {
+			ss.streamUnit.lastTx = u.lastTx
+		}
+		return false
+	}
 	leaves := !u.read || u.hintPrim
-	if !leaves && u.begins {
-		ss.streamUnit.begins = true // BEGIN READ ONLY: the unit stays there
+	if !leaves && u.lastTx != 0 {
+		ss.streamUnit.lastTx = u.lastTx // BEGIN READ ONLY, COMMIT: the unit stays there
 	}
 	return leaves
 }
@@ -481,6 +495,7 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 	ss.mu.Lock()
 	l.swallow[len(l.swallow)-1].keepParams = true // (not flushed yet: unanswered)
 	ss.unsynced = false
+	ss.tx = 'I' // (a block the unit ended: the Sync leaves the replica idle)
 	if len(ss.effects) > 0 {
 		// The Sync committed the replica's part, its SETs too, which the
 		// rest of the unit may still roll back for the client: the
@@ -1310,11 +1325,14 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 		switch st.Tx {
 		case classify.TxBegin, classify.TxBeginReadWrite:
 			stRead, stReason = false, reasonWrite
-			u.begins = true
+			u.begins, u.lastTx = true, 'b'
 		case classify.TxBeginReadOnly:
-			u.begins = true
+			u.begins, u.lastTx = true, 'b'
 		case classify.TxEnd:
 			u.txEnd = true
+			if !st.Chain {
+				u.lastTx = 'e'
+			}
 		}
 		if st.CopyIn {
 			u.copyIn = true

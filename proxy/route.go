@@ -46,6 +46,7 @@ type unitInfo struct {
 	pinEffect bool   // a statement pins the session to the primary
 	txEnd     bool   // a statement ends a transaction
 	begins    bool   // a statement (any, not only the first) opens a transaction block
+	lastTx    byte   // the last transaction statement: 'b' a BEGIN, 'e' a COMMIT or ROLLBACK, 0 none
 	restore   string // the client's startup values its RESETs reset (restoreQuery), "" if none
 	copyIn    bool   // COPY ... FROM STDIN
 
