@@ -434,6 +434,14 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 		ss.recordEffects(ds)
 		ss.noteResets(l, ds)
 		ss.noteSQLPrepares(l, ds)
+		if q := ss.restoreQuery(ds); q != "" {
+			// Its RESET's startup values are set again when the open
+			// unit ends (endStream's afterUnit).
+			if ss.streamUnit.restore != "" {
+				q = ss.streamUnit.restore + "; " + q
+			}
+			ss.streamUnit.restore = q
+		}
 	}
 	if err := ss.buffer(l, b); err != nil {
 		return err
@@ -1549,6 +1557,13 @@ func (ss *session) unitEnded() {
 				ss.cur.st.settings = ss.settingsKey
 			}
 		}
+	}
+	if !ok && len(done) > 0 && ss.cur != nil {
+		// The session drops the unit's SETs, but which of them the
+		// server kept is not known (a SAVEPOINT rolled back to after an
+		// error keeps those before it): its settings are replayed before
+		// the next unit there, never taken for the session's.
+		ss.cur.st.settings = settingsUnknown
 	}
 	ss.effects = append(ss.effects[:0], later...)
 	ss.unitErr = false
