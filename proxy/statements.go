@@ -302,8 +302,11 @@ func (ss *session) ensureSQLStatement(l *link, name string) error {
 		// proxy's own, under names no client uses.
 		return ss.replayPrepareExtended(l, name, want.text)
 	}
-	if _, has := l.st.sqlPrepared[name]; has {
-		if err := ss.injectUndo(l, &pgproto3.Query{String: "DEALLOCATE " + quoteIdent(name)}, 'Z', l.record(name)); err != nil {
+	if l.st.holds(name) {
+		// Another statement of that name, of either kind (one
+		// namespace), is in the way: a protocol Close removes both kinds,
+		// also in a failed transaction.
+		if err := ss.injectUndo(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3', l.record(name)); err != nil {
 			return err
 		}
 		l.st.drop(name)
@@ -887,13 +890,13 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 				if err := ss.ensureStatementSynced(l, st.PrepareName); err != nil {
 					return err
 				}
-				delete(l.st.prepared, st.PrepareName)
+				l.st.drop(st.PrepareName)
 				continue
 			}
 			if err := ss.ensureSQLStatement(l, st.PrepareName); err != nil {
 				return err
 			}
-			delete(l.st.sqlPrepared, st.PrepareName)
+			l.st.drop(st.PrepareName) // whatever kind the server held
 		}
 	}
 	return nil
