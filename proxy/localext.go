@@ -401,6 +401,12 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 		}
 		return nil
 	}
+	if typ == 'P' && len(body) > 0 && body[0] == 0 {
+		// A Parse of the unnamed statement drops the old one first,
+		// whether or not it then fails (in a failed transaction too).
+		ss.unnamed = stmtInfo{}
+		delete(ss.kstmts, "")
+	}
 	if ss.txStatus() == 'E' && typ != 'C' {
 		return abortedTx()
 	}
