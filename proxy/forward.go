@@ -1558,7 +1558,10 @@ func (ss *session) unitEnded() {
 			}
 		}
 	}
-	if !ok && len(done) > 0 && ss.cur != nil {
+	if !ok && len(done) > 0 && ss.cur != nil && ss.pinned == "" {
+		// (A pinned session keeps its server, whose state is the
+		// session's own, set_config calls included: a replay would
+		// undo those.)
 		// The session drops the unit's SETs, but which of them the
 		// server kept is not known (a SAVEPOINT rolled back to after an
 		// error keeps those before it): its settings are replayed before
