@@ -641,6 +641,13 @@ func (ss *session) buffer(l *link, b *batch) error {
 		if late >= 0 && i >= len(front.msgs) && (m.typ == 'B' || m.typ == 'D' || m.typ == 'P') {
 			var one batch
 			one.add(m.typ, body)
+			if name, ok := stmtRef(m.typ, body); ok && m.typ != 'P' {
+				// A statement of the proxy's still in flight for that
+				// name (a re-Parse in a failed transaction) is answered
+				// first: the record is then what the server holds. (Only
+				// earlier batches count, already flushed.)
+				ss.settleOps(l, name)
+			}
 			if ss.needsStatements(l, &one) {
 				if err := l.conn.W.Flush(); err != nil {
 					return errServerGone

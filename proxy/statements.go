@@ -170,6 +170,11 @@ func (ss *session) ensureStatement(l *link, name string) error {
 	if err := ss.injectUndo(l, &p, '1', l.record(name)); err != nil {
 		return err
 	}
+	if ss.txStatus() == 'E' {
+		// Likely to fail: a pipelined batch that uses the name again
+		// waits for the answer (settleOps) instead of trusting the record.
+		ss.noteStmtOp(l, stmtOp{kind: 'i', name: name})
+	}
 	if name == "" {
 		l.st.unnamed = string(want.parse)
 	} else {
@@ -416,7 +421,8 @@ func (ss *session) needsStatements(l *link, b *batch) bool {
 type stmtOp struct {
 	// 'P' Parse, 'C' Close of a statement, 'c' Close of a portal; 'q' a
 	// SQL PREPARE, 'x' a SQL DEALLOCATE (a simple Query of that statement
-	// alone: its batch fails if and only if it does).
+	// alone: its batch fails if and only if it does); 'i' a Parse of the
+	// proxy's own in a failed transaction, only waited for (settleOps).
 	kind  byte
 	name  string // statement name
 	batch uint64 // the link's batch it was written in
@@ -537,7 +543,7 @@ func (ss *session) batchFailedLocked(l *link) {
 			// none now, on either side.
 			op.prev, op.had, op.prevServer, op.hadServer = stmtInfo{}, false, "", false
 		}
-		if op.batch == l.rfqs {
+		if op.batch == l.rfqs && op.kind != 'i' {
 			first = false
 		}
 		if op.batch == l.rfqs && !op.noop {
