@@ -1285,6 +1285,12 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 				use(ss.unnamed.query)
 			} else if st, ok := ss.stmts[name]; ok {
 				use(st.query)
+			} else if p, ok := ss.sqlPrepared[name]; ok {
+				// A Bind of a statement PREPAREd in SQL (one namespace)
+				// reads when the prepared statement does.
+				if p.inner != classify.KindRead {
+					u.read, u.reason = false, reasonWrite
+				}
 			} else {
 				u.read, u.reason = false, reasonUnclassified
 			}
