@@ -79,7 +79,9 @@
 //     PostgreSQL succeeds still mismatches);
 //   - table OIDs in RowDescription: the setup tables' (the same on every
 //     server) are named, others (a temp table) masked;
-//   - the run key is masked back to RunMark.
+//   - the run key is masked back to RunMark;
+//   - DataRow values of a unit with a pg_kinetic.* command, or a Bind of
+//     a statement Parsed from one (PostgreSQL answers placeholders).
 //
 // Answers are read per frontend message: Parse until ParseComplete, Bind
 // until BindComplete, Describe until RowDescription or NoData, Execute

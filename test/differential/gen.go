@@ -429,7 +429,25 @@ func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }
 
 func (g *gen) chance(p float64) bool { return g.r.Float64() < p }
 
-func (g *gen) add(u Unit) { g.units = append(g.units, u) }
+func (g *gen) add(u Unit) {
+	// A unit that Binds a statement Parsed from a pg_kinetic.* command in
+	// an earlier unit asks for kineticd's values too (PostgreSQL has
+	// placeholders): its rows are masked like the command's own.
+	for _, m := range u.Msgs {
+		b, ok := m.(*pgproto3.Bind)
+		if !ok {
+			continue
+		}
+		st, known := g.m.named[b.PreparedStatement]
+		if b.PreparedStatement == "" && g.m.unnamed != nil {
+			st, known = *g.m.unnamed, true
+		}
+		if known && strings.Contains(st.sql, "pg_kinetic") {
+			u.Masked = true
+		}
+	}
+	g.units = append(g.units, u)
+}
 
 // unit appends one or two units.
 func (g *gen) unit() {
