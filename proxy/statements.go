@@ -319,6 +319,9 @@ func (ss *session) ensureSQLStatement(l *link, name string) error {
 	if err := ss.injectUndo(l, &pgproto3.Query{String: want.text}, 'Z', l.record(name)); err != nil {
 		return err
 	}
+	if ss.txStatus() == 'E' {
+		ss.noteStmtOp(l, stmtOp{kind: 'i', name: name}) // likely to fail: see ensureStatement
+	}
 	l.st.sqlPrepared[name] = want.text
 	return nil
 }
@@ -357,6 +360,9 @@ func (ss *session) replayPrepareExtended(l *link, name, text string) error {
 	}
 	// (In a failed transaction the Parse fails with 25P02, the error the
 	// client's own Bind would have had; the record is taken back then.)
+	if ss.txStatus() == 'E' {
+		ss.noteStmtOp(l, stmtOp{kind: 'i', name: name})
+	}
 	l.st.sqlPrepared[name] = text
 	return nil
 }
