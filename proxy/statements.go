@@ -193,6 +193,42 @@ func (ss *session) ensureStatement(l *link, name string) error {
 // the client's own ParseComplete (pipelines got their answers out of
 // step).
 func (ss *session) injectStatements(l *link, b *batch) error {
+	// SQL PREPAREs to replay go first: outside a batch under way they are
+	// simple Queries, which destroy the unnamed statement a re-Parse
+	// below may have just prepared.
+	if !ss.midBatch {
+		var own map[string]bool // names b Parses or Closes itself before using them
+		for _, m := range b.msgs {
+			body := b.body(m)
+			var n string
+			switch m.typ {
+			case 'P':
+				n, _, _ = parseNames(body)
+			case 'C':
+				if kind, cn, err := describeTarget(body); err == nil && kind == 'S' {
+					n = cn
+				}
+			default:
+				ref, ok := stmtRef(m.typ, body)
+				if !ok || ref == "" || own[ref] {
+					continue
+				}
+				if _, parsed := ss.stmts[ref]; parsed {
+					continue
+				}
+				if _, prepared := ss.sqlPrepared[ref]; prepared {
+					if err := ss.ensureSQLStatement(l, ref); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			if own == nil {
+				own = map[string]bool{}
+			}
+			own[n] = true
+		}
+	}
 	var seen map[string]bool // statement names b itself Parses or Closes, in order
 	// With a limit (localext.go) the whole batch is prepared for now:
 	// its later messages follow without injections between them.
