@@ -455,6 +455,105 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 	return nil
 }
 
+// replicaTxEndSplit, for a batch that continues a transaction block open
+// on a replica, is the index right after the Execute that ends the block
+// (COMMIT, ROLLBACK) when a later message of the batch may not run on the
+// replica (a write): the batch is routed in two parts (routeSplit). 0 if
+// there is no such point.
+func (ss *session) replicaTxEndSplit(b *batch) int {
+	if b.limit > 0 || len(b.msgs) < 2 || !ss.freshnessOn() {
+		return 0
+	}
+	ss.mu.Lock()
+	onReplica := ss.tx != 'I' && ss.cur != nil && ss.cur.replica && !ss.cur.dead && ss.pinned == ""
+	ss.mu.Unlock()
+	if !onReplica {
+		return 0
+	}
+	texts := map[string]string{} // statement name -> text, this batch's Parses
+	text := func(name string) (string, bool) {
+		if q, ok := texts[name]; ok {
+			return q, true
+		}
+		if name == "" {
+			return ss.unnamed.query, ss.unnamed.parse != nil
+		}
+		st, ok := ss.stmts[name]
+		return st.query, ok
+	}
+	endsTx := func(q string) bool {
+		d := ss.classifier.Classify(q)
+		return len(d.Statements) == 1 && d.Statements[0].Tx == classify.TxEnd && !d.Statements[0].Chain
+	}
+	bound, split := false, 0
+	for i, m := range b.msgs {
+		body := b.body(m)
+		switch m.typ {
+		case 'P':
+			name, q, err := parseNames(body)
+			if err != nil {
+				return 0
+			}
+			if split > 0 {
+				var one batch
+				one.add(m.typ, body)
+				if u, _ := ss.analyze(&one, false); !u.read || u.hintPrim {
+					return split
+				}
+			}
+			texts[name] = q
+		case 'B':
+			name, err := bindStatement(body)
+			if err != nil {
+				return 0
+			}
+			q, ok := text(name)
+			if split > 0 && (!ok || ss.classifier.Classify(q).Kind != classify.KindRead) {
+				return split
+			}
+			bound = ok && split == 0 && endsTx(q)
+		case 'E':
+			if bound && split == 0 {
+				split = i + 1
+			}
+			bound = false
+		}
+	}
+	return 0
+}
+
+// routeSplit routes b as two units: its first k messages on the replica
+// whose transaction block they end, the rest anew (endReplicaStream).
+func (ss *session) routeSplit(b *batch, k int, open, oversized bool) (*link, error) {
+	front := batch{buf: b.buf, msgs: b.msgs[:k]}
+	rest := batch{buf: b.buf, msgs: b.msgs[k:]}
+	l, err := ss.routeBatch(&front, true, false)
+	if err != nil || l == nil {
+		return l, err
+	}
+	ss.stream = l
+	moved, err := ss.endReplicaStream(l)
+	if err != nil {
+		return nil, err
+	}
+	if !moved {
+		// The replica failed the batch meanwhile: it skips the rest to
+		// Sync, as a server would.
+		if err := ss.bufferRaw(l, &rest); err != nil {
+			return nil, err
+		}
+		if l.conn.W.Flush() != nil {
+			return nil, errServerGone
+		}
+		if !open {
+			ss.stream = nil
+			ss.unclaim(l)
+		}
+		return l, nil
+	}
+	return ss.routeBatch(&rest, open, oversized)
+}
+
 // leavesReplica reports whether a message of a unit open on a replica,
 // outside a transaction block, may not run there: a Parse or Bind of a
 // statement that is not a read (or asks for the primary).
@@ -757,6 +856,9 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 	ss.applyClientUndo()
 	if ss.awaitPrimaryCheck() || ss.syncPrimary() {
 		return nil, nil // the session's backend was terminated
+	}
+	if k := ss.replicaTxEndSplit(b); k > 0 {
+		return ss.routeSplit(b, k, open, oversized)
 	}
 	u, decisions := ss.analyze(b, oversized)
 	u.restore = ss.restoreQuery(decisions)
