@@ -166,10 +166,6 @@
 //     missing there (34000, 42P03), and a SET before a BEGIN in that unit
 //     was committed on the replica (ParameterStatus differs when the
 //     transaction later fails). Inherent to moving a unit between servers;
-//   - a read-only transaction on a replica that a ROLLBACK/COMMIT ends and
-//     a write follows in the same batch the client wrote at once: the
-//     write still reaches the replica (25006). Needs the batch split at
-//     the transaction's end;
 //   - a statement prepared on another server connection and first used
 //     inside a failed transaction: the proxy's re-Parse fails with 25P02
 //     where PostgreSQL, holding the statement, reports the Bind's own
