@@ -961,6 +961,9 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 	}
 	ss.pending--
 	ss.doneSeq++
+	if status == 'I' {
+		ss.lastIdleDone = ss.doneSeq
+	}
 	ss.tx = status
 	if status == 'I' {
 		ss.unitEnded()

@@ -34,6 +34,7 @@ type kportal struct {
 	// ran: Executed once. A SHOW's portal has then sent its row (later
 	// Executes complete with none), a SET's cannot run again (55000).
 	ran bool
+	seq uint64 // the unit (unitSeq) it was made in
 }
 
 // kineticCommand reports whether query is one SHOW/SET/RESET of a
@@ -80,11 +81,23 @@ func containsFold(s, w string) bool {
 // (the common case costs one scan of the Parse texts).
 func (ss *session) localPlan(b *batch) []bool {
 	ss.applyClientUndo()
-	if (len(ss.kportals) > 0 || len(ss.srvPortals) > 0) && ss.isIdle() {
+	if len(ss.kportals) > 0 || len(ss.srvPortals) > 0 {
 		// Portals end with their transaction, the proxy's as the
-		// server's.
-		clear(ss.kportals)
-		clear(ss.srvPortals)
+		// server's: a portal made in unit k is gone once a unit from k on
+		// ended outside a transaction block (or now, all idle).
+		ss.mu.Lock()
+		ended, idle := ss.lastIdleDone, ss.idleLocked()
+		ss.mu.Unlock()
+		for name, p := range ss.kportals {
+			if idle || p.seq < ended {
+				delete(ss.kportals, name)
+			}
+		}
+		for name, seq := range ss.srvPortals {
+			if idle || seq < ended {
+				delete(ss.srvPortals, name)
+			}
+		}
 	}
 	if len(ss.kstmts) == 0 && len(ss.kportals) == 0 {
 		any := false
@@ -441,7 +454,8 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 		}
 		cmd := ss.kstmts[bd.PreparedStatement]
 		_, local := ss.kportals[bd.DestinationPortal]
-		if (local || ss.srvPortals[bd.DestinationPortal]) && bd.DestinationPortal != "" {
+		_, onServer := ss.srvPortals[bd.DestinationPortal]
+		if (local || onServer) && bd.DestinationPortal != "" {
 			return protoErr("42P03", "cursor %q already exists", bd.DestinationPortal) // PostgreSQL's words
 		}
 		if len(bd.Parameters) > 0 {
@@ -452,7 +466,7 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 		if len(bd.ResultFormatCodes) > 0 {
 			text = bd.ResultFormatCodes[0] == 0
 		}
-		ss.kportals[bd.DestinationPortal] = kportal{cmd: cmd, textFmt: text}
+		ss.kportals[bd.DestinationPortal] = kportal{cmd: cmd, textFmt: text, seq: ss.unitSeqNow()}
 		return send(&pgproto3.BindComplete{})
 	case 'D':
 		kind, name, _ := describeTarget(body)
@@ -557,4 +571,11 @@ func (ss *session) forgetServerUnnamed(typ byte, name string) {
 func (ss *session) forgetLocalOnQuery() {
 	delete(ss.kstmts, "")
 	delete(ss.kportals, "")
+}
+
+// unitSeqNow is the unit the messages being handled belong to.
+func (ss *session) unitSeqNow() uint64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.unitSeq
 }

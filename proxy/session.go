@@ -116,12 +116,13 @@ type session struct {
 	kportals map[string]kportal // and their portals
 	// srvPortals are the named portals the client Bound on servers in
 	// its current transaction (a local Bind into one fails with 42P03).
-	srvPortals map[string]bool
+	srvPortals map[string]uint64 // -> the unit (unitSeq) that made it
 	effects    []effect // of the units in progress, applied when theirs ends well
 	// unitSeq counts the client's units written to servers (each ended by
 	// a Sync or Query), doneSeq their ReadyForQuery: pipelined units'
 	// effects apply or not each with its own unit.
 	unitSeq, doneSeq uint64
+	lastIdleDone     uint64 // doneSeq at the last ReadyForQuery 'I' from a server
 	// restored: the startup values a RESET of the unit reset were set
 	// again on its server right after it (afterUnit), so the server's
 	// settings are the session's (not settingsUnknown).

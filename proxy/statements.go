@@ -827,9 +827,9 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			ss.forgetServerUnnamed('B', portal)
 			if portal != "" {
 				if ss.srvPortals == nil {
-					ss.srvPortals = map[string]bool{}
+					ss.srvPortals = map[string]uint64{}
 				}
-				ss.srvPortals[portal] = true
+				ss.srvPortals[portal] = ss.unitSeqNow()
 			}
 		}
 		// The statement it uses was prepared ahead (injectStatements):
