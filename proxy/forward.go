@@ -862,6 +862,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 	}
 	u, decisions := ss.analyze(b, oversized)
 	u.restore = ss.restoreQuery(decisions)
+	ss.notePortalsEnd(u, open)
 	if open {
 		ss.streamUnit = u // for the position query when the unit's Sync comes
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pg-kinetic/pg-kinetic/classify"
+	"github.com/pg-kinetic/pg-kinetic/config"
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
 )
 
@@ -86,7 +87,7 @@ func (ss *session) localPlan(b *batch) []bool {
 		// server's: a portal made in unit k is gone once a unit from k on
 		// ended outside a transaction block (or now, all idle).
 		ss.mu.Lock()
-		ended, idle := ss.lastIdleDone, ss.idleLocked()
+		ended, idle := max(ss.lastIdleDone, ss.portalsEnd), ss.idleLocked()
 		ss.mu.Unlock()
 		for name, p := range ss.kportals {
 			if idle || p.seq < ended {
@@ -578,4 +579,27 @@ func (ss *session) unitSeqNow() uint64 {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.unitSeq
+}
+
+// notePortalsEnd predicts, as a unit is routed, whether the transaction
+// its portals belong to ends with it (pipelined units are routed before
+// the ReadyForQuery that says so arrives).
+func (ss *session) notePortalsEnd(u unitInfo, open bool) {
+	if open || ss.routingMode() == config.RoutingOff && !ss.txPool {
+		return // (unclassified there: no BEGIN or COMMIT is seen)
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.pending == 0 {
+		ss.predOpen = ss.tx != 'I'
+	}
+	switch u.lastTx {
+	case 'b':
+		ss.predOpen = true
+	case 'e':
+		ss.predOpen = false
+	}
+	if !ss.predOpen {
+		ss.portalsEnd = ss.unitSeq + 1
+	}
 }

@@ -123,6 +123,11 @@ type session struct {
 	// effects apply or not each with its own unit.
 	unitSeq, doneSeq uint64
 	lastIdleDone     uint64 // doneSeq at the last ReadyForQuery 'I' from a server
+	// portalsEnd: the portals of units before it end with a unit already
+	// routed (a COMMIT, ROLLBACK or an implicit transaction's Sync not yet
+	// answered: a pipeline); predOpen: a routed unit opened a block.
+	portalsEnd uint64
+	predOpen   bool
 	// restored: the startup values a RESET of the unit reset were set
 	// again on its server right after it (afterUnit), so the server's
 	// settings are the session's (not settingsUnknown).
