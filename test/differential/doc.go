@@ -138,6 +138,8 @@
 //   - KINETIC_DIFF_MINIMIZE=1: shrink one sequence per class (delta
 //     debugging over units) and print it as a regressions.txt line;
 //   - KINETIC_DIFF_REGRESSIONS=0: skip testdata/regressions.txt;
+//   - KINETIC_DIFF_HANGDUMP=/path/prefix: at each hang, every goroutine's
+//     stack (kineticd runs in the test process) goes to prefix.<time>;
 //   - KINETIC_DIFF_TIMEOUT_MS, KINETIC_DIFF_MAX_MISMATCHES (1000),
 //     KINETIC_DIFF_SHOW (2), KINETIC_DIFF_LIST (20 sequences listed per class).
 //

@@ -1,6 +1,8 @@
 package differential
 
 import (
+	"os"
+	"runtime"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -327,6 +329,11 @@ func (d *driver) readUntil(toRFQ bool, done func(pgproto3.BackendMessage) bool) 
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				d.record(d.fe0, fmt.Sprintf("%s%v>", hangPrefix, d.rn.Timeout))
+				if os.Getenv("KINETIC_DIFF_HANGDUMP") != "" {
+					buf := make([]byte, 1<<24)
+					n := runtime.Stack(buf, true)
+					os.WriteFile(fmt.Sprintf("%s.%d", os.Getenv("KINETIC_DIFF_HANGDUMP"), time.Now().UnixNano()), buf[:n], 0o644)
+				}
 			} else {
 				d.record(d.fe0, closedPrefix+err.Error()+">")
 			}
