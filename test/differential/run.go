@@ -1,14 +1,14 @@
 package differential
 
 import (
-	"os"
-	"runtime"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
