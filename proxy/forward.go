@@ -601,6 +601,7 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 	}
 	ss.mu.Lock()
 	l.swallow[len(l.swallow)-1].keepParams = true // (not flushed yet: unanswered)
+	synced := l.batches                           // l.rfqs reaches it with the Sync's answer
 	ss.unsynced = false
 	ss.tx = 'I' // (a block the unit ended: the Sync leaves the replica idle)
 	if len(ss.effects) > 0 {
@@ -618,6 +619,22 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 	if err := l.conn.W.Flush(); err != nil {
 		return false, errServerGone
 	}
+	// The Sync's answer comes first (one round trip, on this rare path):
+	// the ParameterStatus it carries reaches the client before the rest
+	// of the unit's, from another server, is answered.
+	ss.mu.Lock()
+	expired := false
+	t := time.AfterFunc(2*time.Second, func() {
+		ss.mu.Lock()
+		expired = true
+		ss.cond.Broadcast()
+		ss.mu.Unlock()
+	})
+	for l.rfqs < synced && !l.dead && !ss.killed && !expired {
+		ss.cond.Wait()
+	}
+	ss.mu.Unlock()
+	t.Stop()
 	return true, nil
 }
 
@@ -862,7 +879,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 	}
 	u, decisions := ss.analyze(b, oversized)
 	u.restore = ss.restoreQuery(decisions)
-	ss.notePortalsEnd(u, open)
+	ss.notePortalsEnd(b, u, open)
 	if open {
 		ss.streamUnit = u // for the position query when the unit's Sync comes
 	}

@@ -710,7 +710,8 @@ func (ss *session) relayParameterStatus(l *link, body []byte) error {
 	for len(l.resets) > 0 && l.resets[0].batch < l.rfqs {
 		l.resets = l.resets[1:]
 	}
-	if len(l.resets) > 0 && l.resets[0].batch == l.rfqs {
+	inReset := len(l.resets) > 0 && l.resets[0].batch == l.rfqs
+	if inReset {
 		name := strings.ToLower(ps.Name)
 		n := l.resets[0]
 		if sv, ok := ss.startupVals[name]; ok && (n.all || slices.Contains(n.names, name)) && value == l.conn.Defaults[ps.Name] {
@@ -720,6 +721,13 @@ func (ss *session) relayParameterStatus(l *link, body []byte) error {
 	ss.mu.Unlock()
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
+	if inReset {
+		// Held until the batch's ReadyForQuery, to go out in the server's
+		// order (by name) with the startup values the RESET gave back
+		// (reportResets).
+		ss.resetHeld = append(ss.resetHeld, pgproto3.ParameterStatus{Name: ps.Name, Value: value})
+		return nil
+	}
 	if last, ok := ss.reported[ps.Name]; ok && last == value {
 		// Unchanged for the client: PostgreSQL reports a parameter only
 		// when its value changed from the one it last reported.
@@ -794,26 +802,37 @@ func (ss *session) reportResets(l *link) error {
 	l.resets = l.resets[1:]
 	failed := l.failed == l.rfqs+1
 	ss.mu.Unlock()
-	if failed {
-		return nil // the batch failed: its RESET (or DISCARD) was rolled back
-	}
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	for _, st := range ss.startup {
-		name := strings.ToLower(st.name)
-		if !n.all && !slices.Contains(n.names, name) {
-			continue
-		}
-		for server := range l.conn.Defaults { // reported parameters, in the server's spelling
-			if strings.ToLower(server) != name || ss.reported[server] == st.value {
+	out := ss.resetHeld
+	ss.resetHeld = nil
+	if !failed { // (a failed batch's RESET or DISCARD was rolled back)
+		for _, st := range ss.startup {
+			name := strings.ToLower(st.name)
+			if !n.all && !slices.Contains(n.names, name) {
 				continue
 			}
-			ps := pgproto3.ParameterStatus{Name: server, Value: st.value}
-			buf, _ := ps.Encode(nil)
-			if _, err := ss.out().Write(buf); err != nil {
-				return err
+			for server := range l.conn.Defaults { // reported parameters, in the server's spelling
+				if strings.ToLower(server) == name && !slices.ContainsFunc(out, func(p pgproto3.ParameterStatus) bool { return p.Name == server }) {
+					out = append(out, pgproto3.ParameterStatus{Name: server, Value: st.value})
+				}
 			}
-			ss.reported[server] = st.value
+		}
+	}
+	// A server reports parameters in the order of its settings' names.
+	slices.SortStableFunc(out, func(a, b pgproto3.ParameterStatus) int {
+		return strings.Compare(strings.ToLower(a.Name), strings.ToLower(b.Name))
+	})
+	for _, ps := range out {
+		if last, ok := ss.reported[ps.Name]; ok && last == ps.Value {
+			continue // unchanged for the client
+		}
+		buf, _ := ps.Encode(nil)
+		if _, err := ss.out().Write(buf); err != nil {
+			return err
+		}
+		if ss.reported != nil {
+			ss.reported[ps.Name] = ps.Value
 		}
 	}
 	return nil

@@ -584,9 +584,14 @@ func (ss *session) unitSeqNow() uint64 {
 // notePortalsEnd predicts, as a unit is routed, whether the transaction
 // its portals belong to ends with it (pipelined units are routed before
 // the ReadyForQuery that says so arrives).
-func (ss *session) notePortalsEnd(u unitInfo, open bool) {
-	if open || ss.routingMode() == config.RoutingOff && !ss.txPool {
-		return // (unclassified there: no BEGIN or COMMIT is seen)
+func (ss *session) notePortalsEnd(b *batch, u unitInfo, open bool) {
+	if open {
+		return
+	}
+	if ss.routingMode() == config.RoutingOff && !ss.txPool {
+		// Units are not classified there: the statements' first words
+		// tell BEGIN from COMMIT/ROLLBACK well enough for this.
+		u.lastTx = txWords(b)
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -602,4 +607,43 @@ func (ss *session) notePortalsEnd(u unitInfo, open bool) {
 	if !ss.predOpen {
 		ss.portalsEnd = ss.unitSeq + 1
 	}
+}
+
+// txWords is the last transaction statement of b's Parses and Queries by
+// their first words ('b' BEGIN/START, 'e' COMMIT/END/ROLLBACK/ABORT but
+// not ROLLBACK TO), 0 if none.
+func txWords(b *batch) byte {
+	var last byte
+	for _, m := range b.msgs {
+		var text string
+		switch m.typ {
+		case 'P':
+			_, q, err := parseNames(b.body(m))
+			if err != nil {
+				continue
+			}
+			text = q
+		case 'Q':
+			text = string(b.body(m))
+		default:
+			continue
+		}
+		for _, st := range strings.Split(text, ";") {
+			f := strings.Fields(strings.ToLower(st))
+			if len(f) == 0 {
+				continue
+			}
+			switch f[0] {
+			case "begin", "start":
+				last = 'b'
+			case "commit", "end", "abort":
+				last = 'e'
+			case "rollback":
+				if len(f) < 2 || f[1] != "to" {
+					last = 'e'
+				}
+			}
+		}
+	}
+	return last
 }

@@ -55,7 +55,10 @@ type session struct {
 	reported map[string]string
 	// heldParams: ParameterStatus for the client from a Sync of the
 	// proxy's own (reportHeldParams).
-	heldParams  []pgproto3.ParameterStatus
+	heldParams []pgproto3.ParameterStatus
+	// resetHeld: ParameterStatus of a batch with a RESET, sent at its
+	// ReadyForQuery (reportResets). Under wmu.
+	resetHeld   []pgproto3.ParameterStatus
 	startupVals map[string]string
 
 	wmu sync.Mutex    // serialises writes to the client
@@ -117,7 +120,7 @@ type session struct {
 	// srvPortals are the named portals the client Bound on servers in
 	// its current transaction (a local Bind into one fails with 42P03).
 	srvPortals map[string]uint64 // -> the unit (unitSeq) that made it
-	effects    []effect // of the units in progress, applied when theirs ends well
+	effects    []effect          // of the units in progress, applied when theirs ends well
 	// unitSeq counts the client's units written to servers (each ended by
 	// a Sync or Query), doneSeq their ReadyForQuery: pipelined units'
 	// effects apply or not each with its own unit.
