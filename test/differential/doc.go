@@ -161,7 +161,8 @@
 // (1796142295035745087) on 2026-12-01: at 29a3d70 (the start of that day's
 // second session) session 17, session-routing 273, transaction 353,
 // transaction-routing 457 mismatching; at the session's end session 0,
-// session-routing 13, transaction 8, transaction-routing 14-16. What is
+// session-routing 13-17, transaction 3-8, transaction-routing 11-16 (and
+// 1, 12, 5, 15 at another base seed, 1796147342889033670). What is
 // left, by class (each has a smallest sequence in the run's output):
 //   - a unit routed at a Flush to a replica that then moves to the
 //     primary (a write follows): a portal the replica's part made is
