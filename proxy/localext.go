@@ -87,7 +87,7 @@ func (ss *session) localPlan(b *batch) []bool {
 		// server's: a portal made in unit k is gone once a unit from k on
 		// ended outside a transaction block (or now, all idle).
 		ss.mu.Lock()
-		ended, idle := max(ss.lastIdleDone, ss.portalsEnd), ss.idleLocked()
+		ended, idle := max(ss.lastIdleDone, ss.portalsEnd), ss.idleLocked() && !ss.localOpen
 		ss.mu.Unlock()
 		for name, p := range ss.kportals {
 			if idle || p.seq < ended {
@@ -317,6 +317,7 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 		return nil, false, ss.endStream(l, 'S')
 	case term == 'S':
 		ss.waitIdle()
+		ss.localOpen = false
 		ss.clearLocalPortals()
 		if err := ss.send(&pgproto3.ReadyForQuery{TxStatus: ss.txStatus()}); err != nil {
 			return nil, false, errClientGone{err}
@@ -334,6 +335,7 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 		}
 		return l, false, nil
 	default: // Flush with no server: what was answered is already flushed
+		ss.localOpen = !failed // its implicit transaction goes on: its portals live
 		return nil, failed, nil
 	}
 }
@@ -588,6 +590,7 @@ func (ss *session) notePortalsEnd(b *batch, u unitInfo, open bool) {
 	if open {
 		return
 	}
+	ss.localOpen = false // (a unit a Sync ends: its answer ends the implicit transaction)
 	if ss.routingMode() == config.RoutingOff && !ss.txPool {
 		// Units are not classified there: the statements' first words
 		// tell BEGIN from COMMIT/ROLLBACK well enough for this.

@@ -131,6 +131,9 @@ type session struct {
 	// answered: a pipeline); predOpen: a routed unit opened a block.
 	portalsEnd uint64
 	predOpen   bool
+	// localOpen: a batch the proxy answered alone ended with Flush, so
+	// its implicit transaction, and the portals it made, go on.
+	localOpen bool
 	// restored: the startup values a RESET of the unit reset were set
 	// again on its server right after it (afterUnit), so the server's
 	// settings are the session's (not settingsUnknown).
