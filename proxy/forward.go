@@ -622,19 +622,7 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 	// The Sync's answer comes first (one round trip, on this rare path):
 	// the ParameterStatus it carries reaches the client before the rest
 	// of the unit's, from another server, is answered.
-	ss.mu.Lock()
-	expired := false
-	t := time.AfterFunc(2*time.Second, func() {
-		ss.mu.Lock()
-		expired = true
-		ss.cond.Broadcast()
-		ss.mu.Unlock()
-	})
-	for l.rfqs < synced && !l.dead && !ss.killed && !expired {
-		ss.cond.Wait()
-	}
-	ss.mu.Unlock()
-	t.Stop()
+	ss.awaitReadyForQuery(l, synced)
 	return true, nil
 }
 
@@ -1160,19 +1148,7 @@ func (ss *session) syncPrimary() bool {
 	if l.conn.W.Flush() != nil {
 		return false
 	}
-	ss.mu.Lock()
-	expired := false
-	t := time.AfterFunc(2*time.Second, func() {
-		ss.mu.Lock()
-		expired = true
-		ss.cond.Broadcast()
-		ss.mu.Unlock()
-	})
-	for l.rfqs < want && !l.dead && !ss.killed && !expired {
-		ss.cond.Wait()
-	}
-	ss.mu.Unlock()
-	t.Stop()
+	ss.awaitReadyForQuery(l, want)
 	return ss.awaitPrimaryCheck()
 }
 
@@ -1751,5 +1727,23 @@ func (ss *session) applySetting(s classify.Setting) {
 				ss.session = append(ss.session, st)
 			}
 		}
+	}
+}
+
+// awaitReadyForQuery waits, at most 2 s, until l's server has answered
+// its first want batches (l.rfqs reaches want), or l is gone.
+func (ss *session) awaitReadyForQuery(l *link, want uint64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	expired := false
+	t := time.AfterFunc(2*time.Second, func() {
+		ss.mu.Lock()
+		expired = true
+		ss.cond.Broadcast()
+		ss.mu.Unlock()
+	})
+	defer t.Stop()
+	for l.rfqs < want && !l.dead && !ss.killed && !expired {
+		ss.cond.Wait()
 	}
 }
