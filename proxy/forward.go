@@ -668,11 +668,13 @@ func (ss *session) count(l *link, typ byte) {
 		ss.unitSeq++
 		l.batches++
 		l.sent = 0
+		l.executed = false
 	case 'S':
 		ss.pending++
 		ss.unitSeq++
 		l.batches++
 		l.sent = 0
+		l.executed = false
 		l.closes = 0
 		ss.unsynced = false
 	case 'C':
@@ -682,6 +684,9 @@ func (ss *session) count(l *link, typ byte) {
 	case 'P', 'B', 'E', 'D':
 		l.sent++
 		ss.unsynced = true
+		if typ == 'E' {
+			l.executed = true
+		}
 	}
 	ss.cur = l
 	if l.parked {

@@ -87,6 +87,7 @@ func (ss *session) injectCapture(l *link, kind byte) error {
 	l.swallow = append(l.swallow, expect{kind: 'Z', batch: l.batches, capture: kind})
 	l.batches++
 	l.sent = 0
+	l.executed = false
 	ss.captures++
 	if l.parked {
 		ss.cond.Broadcast()

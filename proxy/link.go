@@ -45,6 +45,13 @@ type link struct {
 	// answers relayed in batch rfqs. An error answers message number
 	// answered: that tells a Parse that failed from one skipped.
 	sent, answered int
+	// executed: an Execute of the client's was written in batch batches
+	// (it may have ended the transaction before the ReadyForQuery that
+	// reports it: see standInUse).
+	executed bool
+	// errInjected: the error being relayed is an injected message's,
+	// given to the client as its first message's (batchFailedLocked).
+	errInjected bool
 
 	readerDone chan error
 	dead       bool // the reader ended; the link must not be used
@@ -368,6 +375,7 @@ func (ss *session) serverToClient(l *link) error {
 					// In the client's batch: the client sees the error as
 					// its own statement's.
 					ss.forgetSwallowLocked(l, n)
+					l.errInjected = true
 				}
 			}
 		}

@@ -107,6 +107,7 @@ func (ss *session) injectUndo(l *link, msg wire.Encoder, drop byte, undo *stmtOp
 	if drop == 'Z' {
 		l.batches++
 		l.sent = 0
+		l.executed = false
 	}
 	if _, simple := msg.(*pgproto3.Query); simple {
 		// A simple Query destroys the server's unnamed statement: the
@@ -122,8 +123,10 @@ func (ss *session) injectUndo(l *link, msg wire.Encoder, drop byte, undo *stmtOp
 }
 
 // ensureStatement makes sure statement name exists on l with the text the
-// client prepared, before a Bind or Describe that uses it.
-func (ss *session) ensureStatement(l *link, name string) error {
+// client prepared, before a message of type use ('B' Bind, 'D' Describe,
+// 'P' a Parse of the same name, 0 other) that uses it. In a failed
+// transaction a stand-in may take its place (standIn).
+func (ss *session) ensureStatement(l *link, name string, use byte) error {
 	ss.settleOps(l, name)
 	var want stmtInfo
 	if name == "" {
@@ -147,11 +150,24 @@ func (ss *session) ensureStatement(l *link, name string) error {
 		if want, ok = ss.stmts[name]; !ok {
 			// SQL PREPARE and Parse share one namespace: a statement the
 			// client PREPAREd may be Bound or Described too.
-			return ss.ensureSQLStatement(l, name)
+			return ss.ensureSQLStatement(l, name, use)
 		}
 		if have, ok := l.st.prepared[name]; ok && have == string(want.parse) {
 			return nil
 		}
+	}
+	var p pgproto3.Parse
+	if err := p.Decode(want.parse); err != nil {
+		return err
+	}
+	set := string(want.parse)
+	if stand, mark, ok := ss.standIn(l, &p, use); ok {
+		if name == "" && l.st.unnamed == mark || name != "" && l.st.prepared[name] == mark {
+			return nil
+		}
+		p, set = *stand, mark
+	}
+	if name != "" {
 		if l.st.holds(name) {
 			// Another statement of that name (of either kind: one
 			// namespace) is in the way: close it first.
@@ -160,10 +176,6 @@ func (ss *session) ensureStatement(l *link, name string) error {
 			}
 			l.st.drop(name)
 		}
-	}
-	var p pgproto3.Parse
-	if err := p.Decode(want.parse); err != nil {
-		return err
 	}
 	// (In a failed transaction the Parse fails, 25P02, the error the
 	// client's message would have had; the record is taken back then.)
@@ -176,11 +188,75 @@ func (ss *session) ensureStatement(l *link, name string) error {
 		ss.noteStmtOp(l, stmtOp{kind: 'i', name: name})
 	}
 	if name == "" {
-		l.st.unnamed = string(want.parse)
+		l.st.unnamed = set
 	} else {
-		l.st.prepared[name] = string(want.parse)
+		l.st.prepared[name] = set
 	}
 	return nil
+}
+
+// Stand-ins. A statement the client prepared on another server connection
+// (or that this one dropped) cannot be Parsed again inside a failed
+// transaction: the server refuses the Parse (25P02), where PostgreSQL,
+// holding the statement, would check the client's message against it
+// first: a Bind with the wrong parameter count fails with 08P01 naming
+// the count, a Parse of an empty query under the taken name with 42P05,
+// a Describe of a statement that returns no rows answers
+// ParameterDescription and NoData. So in a failed transaction, with
+// nothing in flight on l (the status is l's own, no ROLLBACK ahead), the
+// proxy prepares an empty query with the statement's parameter count and
+// types in its place: the server, which accepts that Parse there, then
+// gives the client's message the answer it would have given. The record
+// marks the stand-in, so the first use after the transaction ends Parses
+// the real statement (a Close first, as for any other in the way).
+const standInMark = "\x00stand-in"
+
+// standIn returns the stand-in for p on l before a message of type use,
+// and its record mark; ok is false where the real Parse is to be sent:
+// outside a failed transaction, with batches in flight on l, for a text
+// that runs in a failed transaction (COMMIT, ROLLBACK, an empty query),
+// and before a Describe whose answer the stand-in cannot give (a
+// statement that returns rows, 25P02 from the real Parse as from
+// PostgreSQL; a parameter type the server infers).
+func (ss *session) standIn(l *link, p *pgproto3.Parse, use byte) (_ *pgproto3.Parse, mark string, ok bool) {
+	if !ss.standInUse(l, use) {
+		return nil, "", false
+	}
+	info, ok := classify.DescribePrepared(p.Query, len(p.ParameterOIDs))
+	if !ok {
+		return nil, "", false
+	}
+	return standInFor(p.Name, info, p.ParameterOIDs, use)
+}
+
+// standInUse reports whether a message of type use on l may get a
+// stand-in: l's transaction is failed and nothing is in flight there.
+func (ss *session) standInUse(l *link, use byte) bool {
+	if use != 'B' && use != 'D' && use != 'P' {
+		return false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.tx == 'E' && l.batches == l.rfqs && !l.executed
+}
+
+// standInFor is the stand-in Parse of statement name, described by info,
+// whose declared parameter types are oids.
+func standInFor(name string, info classify.Prepared, oids []uint32, use byte) (_ *pgproto3.Parse, mark string, ok bool) {
+	if info.Empty || info.TxExit {
+		return nil, "", false
+	}
+	describable := info.RowsKnown && !info.Rows && len(oids) == info.Params && !slices.Contains(oids, 0)
+	if use == 'D' && !describable {
+		return nil, "", false
+	}
+	all := make([]uint32, info.Params)
+	copy(all, oids)
+	mark = standInMark
+	if describable {
+		mark += " describable"
+	}
+	return &pgproto3.Parse{Name: name, ParameterOIDs: all}, mark, true
 }
 
 // injectStatements prepares on l, ahead of every message of b, the
@@ -196,9 +272,26 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 	// SQL PREPAREs to replay go first: outside a batch under way they are
 	// simple Queries, which destroy the unnamed statement a re-Parse
 	// below may have just prepared.
+	// A stand-in (standIn) serves until the failed transaction ends: not
+	// after an Execute of the batch (it may be a COMMIT or ROLLBACK), nor
+	// for a Describe in a batch with one (a Bind after it would run the
+	// stand-in).
+	execAt := -1
+	for i, m := range b.msgs {
+		if m.typ == 'E' {
+			execAt = i
+			break
+		}
+	}
+	useOf := func(i int, typ byte) byte {
+		if execAt >= 0 && (i > execAt || typ == 'D') {
+			return 0
+		}
+		return typ
+	}
 	if !ss.midBatch {
 		var own map[string]bool // names b Parses or Closes itself before using them
-		for _, m := range b.msgs {
+		for i, m := range b.msgs {
 			body := b.body(m)
 			var n string
 			switch m.typ {
@@ -217,7 +310,7 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 					continue
 				}
 				if _, prepared := ss.sqlPrepared[ref]; prepared {
-					if err := ss.ensureSQLStatement(l, ref); err != nil {
+					if err := ss.ensureSQLStatement(l, ref, useOf(i, m.typ)); err != nil {
 						return err
 					}
 				}
@@ -229,10 +322,10 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 			own[n] = true
 		}
 	}
-	var seen map[string]bool // statement names b itself Parses or Closes, in order
+	var seen map[string]bool // statement names b itself Parses or Closes, or used, in order
 	// With a limit (localext.go) the whole batch is prepared for now:
 	// its later messages follow without injections between them.
-	for _, m := range b.msgs {
+	for i, m := range b.msgs {
 		body := b.body(m)
 		var name string
 		switch m.typ {
@@ -246,11 +339,11 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 					// The client's statement of that name must exist where
 					// the Parse runs, so the server refuses the duplicate
 					// (42P05) as the client's own server would.
-					if err := ss.ensureStatement(l, n); err != nil {
+					if err := ss.ensureStatement(l, n, useOf(i, 'P')); err != nil {
 						return err
 					}
 				} else if _, known := ss.sqlPrepared[n]; known {
-					if err := ss.ensureStatement(l, n); err != nil {
+					if err := ss.ensureStatement(l, n, useOf(i, 'P')); err != nil {
 						return err
 					}
 				} else {
@@ -286,9 +379,16 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 			name = n
 		}
 		if !seen[name] {
-			if err := ss.ensureStatement(l, name); err != nil {
+			// Once per name: every injection precedes the batch, so its
+			// first use decides (a stand-in must not be replaced by a
+			// later one's real Parse).
+			if err := ss.ensureStatement(l, name, useOf(i, m.typ)); err != nil {
 				return err
 			}
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			seen[name] = true
 		}
 	}
 	return nil
@@ -302,7 +402,7 @@ func (ss *session) ensureStatementSynced(l *link, name string) error {
 	ss.mu.Lock()
 	before := len(l.swallow)
 	ss.mu.Unlock()
-	if err := ss.ensureStatement(l, name); err != nil {
+	if err := ss.ensureStatement(l, name, 0); err != nil {
 		return err
 	}
 	ss.mu.Lock()
@@ -317,7 +417,7 @@ func (ss *session) ensureStatementSynced(l *link, name string) error {
 // ensureSQLStatement replays the client's SQL PREPARE of name on l when
 // l does not hold it as the client prepared it; nothing when the client
 // has no such statement (the server reports it).
-func (ss *session) ensureSQLStatement(l *link, name string) error {
+func (ss *session) ensureSQLStatement(l *link, name string, use byte) error {
 	want, ok := ss.sqlPrepared[name]
 	if !ok {
 		_, parsed := l.st.prepared[name]
@@ -336,6 +436,26 @@ func (ss *session) ensureSQLStatement(l *link, name string) error {
 	}
 	if l.st.sqlPrepared[name] == want.text {
 		return nil
+	}
+	if ss.standInUse(l, use) {
+		if info, ok := classify.DescribeSQLPrepare(want.text); ok {
+			if stand, mark, ok := standInFor(name, info, nil, use); ok {
+				if l.st.prepared[name] == mark {
+					return nil
+				}
+				if l.st.holds(name) {
+					if err := ss.injectUndo(l, &pgproto3.Close{ObjectType: 'S', Name: name}, '3', l.record(name)); err != nil {
+						return err
+					}
+					l.st.drop(name)
+				}
+				if err := ss.injectUndo(l, stand, '1', l.record(name)); err != nil {
+					return err
+				}
+				l.st.prepared[name] = mark
+				return nil
+			}
+		}
 	}
 	if ss.midBatch {
 		// Inside the client's extended batch a simple Query would end it
@@ -483,7 +603,10 @@ type stmtOp struct {
 	// what the client and the server held.
 	prevSQL       *sqlPrep
 	prevServerSQL *string
-	serverSet     string // 'q': the PREPARE text recorded for the server
+	// A Parse of the unnamed statement: the local pg_kinetic statement it
+	// replaced, if any (restored when the server skipped the Parse).
+	prevLocal *kcmd
+	serverSet string // 'q': the PREPARE text recorded for the server
 	// 'X', a DEALLOCATE ALL: everything it would forget, to restore if
 	// it fails.
 	allStmts                map[string]stmtInfo
@@ -580,10 +703,19 @@ func (ss *session) batchFailedLocked(l *link) {
 	first := true
 	for _, op := range l.ops {
 		if op.batch == l.rfqs && !op.noop && first && op.kind == 'P' && op.name == "" && op.idx == l.answered {
-			// The error is this Parse's own: the server dropped its
-			// unnamed statement before it parsed the new one, so there is
-			// none now, on either side.
-			op.prev, op.had, op.prevServer, op.hadServer = stmtInfo{}, false, "", false
+			if l.errInjected {
+				// The error is an injected statement's, ahead of this
+				// Parse, which the server skipped: its unnamed statement
+				// stays. The client takes the error as this Parse's, and
+				// directly that Parse would have dropped the unnamed
+				// statement before it failed: there is none for the client.
+				op.prev, op.had, op.prevLocal = stmtInfo{}, false, nil
+			} else {
+				// The error is this Parse's own: the server dropped its
+				// unnamed statement before it parsed the new one, so
+				// there is none now, on either side.
+				op.prev, op.had, op.prevServer, op.hadServer, op.prevLocal = stmtInfo{}, false, "", false, nil
+			}
 		}
 		if op.batch == l.rfqs && op.kind != 'i' {
 			first = false
@@ -598,6 +730,7 @@ func (ss *session) batchFailedLocked(l *link) {
 	}
 	l.ops = kept
 	ss.cond.Broadcast() // settleOps may wait for them
+	l.errInjected = false
 }
 
 // applyClientUndo undoes, on the client's side, statement changes the
@@ -656,6 +789,9 @@ func (ss *session) undoClient(ops []stmtOp) {
 		case op.kind == 'P' && op.name == "":
 			if string(ss.unnamed.parse) == op.set {
 				ss.unnamed = op.prev // had or not: prev is the zero stmtInfo then
+				if op.prevLocal != nil {
+					ss.kstmts[""] = *op.prevLocal
+				}
 			}
 		case op.kind == 'P':
 			if cur, ok := ss.stmts[op.name]; ok && string(cur.parse) == op.set {
@@ -800,9 +936,12 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			return nil // malformed: the server rejects it
 		}
 		info := stmtInfo{query: query, parse: append([]byte(nil), body...)}
-		ss.forgetServerUnnamed('P', name)
 		op := stmtOp{kind: 'P', name: name, set: string(info.parse)}
 		if name == "" {
+			if k, ok := ss.kstmts[""]; ok {
+				op.prevLocal = &k
+			}
+			ss.forgetServerUnnamed('P', name)
 			op.prev, op.had = ss.unnamed, ss.unnamed.parse != nil
 			op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
 			ss.noteStmtOp(l, op)
@@ -889,7 +1028,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 				}
 				continue
 			}
-			if err := ss.ensureSQLStatement(l, st.PrepareName); err != nil {
+			if err := ss.ensureSQLStatement(l, st.PrepareName, 0); err != nil {
 				return err
 			}
 		case classify.EffectPrepare:
@@ -905,7 +1044,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 				// The client's statement of that name must exist here,
 				// so the server refuses the duplicate (42P05) as the
 				// client's own server would.
-				if err := ss.ensureSQLStatement(l, st.PrepareName); err != nil {
+				if err := ss.ensureSQLStatement(l, st.PrepareName, 0); err != nil {
 					return err
 				}
 				continue
@@ -941,7 +1080,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 				l.st.drop(st.PrepareName)
 				continue
 			}
-			if err := ss.ensureSQLStatement(l, st.PrepareName); err != nil {
+			if err := ss.ensureSQLStatement(l, st.PrepareName, 0); err != nil {
 				return err
 			}
 			l.st.drop(st.PrepareName) // whatever kind the server held
