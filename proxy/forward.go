@@ -569,7 +569,10 @@ func (ss *session) leavesReplica(b *batch) bool {
 	case 'e':
 		inTx = false
 	}
-	if typ != 'P' && typ != 'B' {
+	if typ != 'B' {
+		// A Parse runs nothing (a write's too: a standby parses it): it
+		// stays with the unit's portals, and is Parsed again wherever its
+		// Bind lands.
 		return false
 	}
 	u, _ := ss.analyze(b, false)
