@@ -897,6 +897,15 @@ func (g *gen) txUnit() {
 		}
 	default:
 		sql = pick(g.r, []string{"COMMIT", "COMMIT", "ROLLBACK", "END", "BEGIN", "COMMIT AND CHAIN"})
+		if sql == "COMMIT AND CHAIN" && g.m.readOnly {
+			// Not after a READ ONLY transaction, which the model cannot
+			// tell failed (odd input fails it too): after a failed one
+			// PostgreSQL chains a read-write transaction, kineticd keeps
+			// it on the replica (25006 for a write), a documented
+			// deviation pinned by e2e
+			// TestChainAfterFailedReadOnlyTransactionOnReplica.
+			sql = "COMMIT"
+		}
 	}
 	g.add(g.simple(sql, ""))
 	if g.m.inTx && g.f["error"] && g.chance(0.15) {
