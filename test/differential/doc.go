@@ -157,24 +157,26 @@
 // (while the known classes are open a mode stops at
 // KINETIC_DIFF_MAX_MISMATCHES; raise it once they are fixed).
 //
-// Open classes. 10,000 sequences per mode at one base seed
-// (1796142295035745087) on 2026-12-01: at 29a3d70 (the start of that day's
-// second session) session 17, session-routing 273, transaction 353,
-// transaction-routing 457 mismatching; at the session's end session 0,
-// session-routing 13-17, transaction 3-8, transaction-routing 11-16 (and
-// 1, 12, 5, 15 at another base seed, 1796147342889033670). What is
-// left, by class (each has a smallest sequence in the run's output):
+// Open classes. 10,000 sequences per mode, mismatching sequences
+// (session / session-routing / transaction / transaction-routing): base
+// seed 424242 at 3c6beaa (start of the day's third session) 1 / 11 / 7 /
+// 11, at that session's end 0 / 4 / 4 / 7; base seed 434343 0 / 15 / 4 /
+// 15 midway, 0 / 9 / 1 / 9 before its last two fixes. What is left, by
+// class (each has a smallest sequence in the run's output):
 //   - a unit routed at a Flush to a replica that then moves to the
-//     primary (a write follows): a portal the replica's part made is
-//     missing there (34000, 42P03), and a SET before a BEGIN in that unit
-//     was committed on the replica (ParameterStatus differs when the
-//     transaction later fails). Inherent to moving a unit between servers;
-//   - a statement prepared on another server connection and first used
-//     inside a failed transaction: the proxy's re-Parse fails with 25P02
-//     where PostgreSQL, holding the statement, reports the Bind's own
-//     error (08P01 parameter count) or answers a Describe; and a Parse of
-//     an empty query under a taken name in a failed transaction (PostgreSQL
-//     says 42P05, the proxy's re-Parse 25P02);
+//     primary (a Bind of a write follows): a portal the replica's part
+//     made is missing there (34000, 42P03), and a SET before a BEGIN in
+//     that unit was committed on the replica (ParameterStatus differs when
+//     the transaction later fails). Inherent to moving a unit between
+//     servers (docs/behaviour.md, "A write after a Flush-ended read");
+//   - a Describe, inside a failed transaction, of a statement prepared on
+//     another server connection whose parameter types the server infers:
+//     PostgreSQL answers ParameterDescription, the proxy (whose stand-in
+//     knows only declared types) 25P02 (docs/behaviour.md);
+//   - rarely, in transaction pooling, a statement missing on a pooled
+//     connection (26000 where PostgreSQL binds it) or a Parse refused as
+//     a duplicate (42P05), never when the sequence is replayed alone or
+//     twice: state left by a concurrent sequence on a shared connection;
 //   - rarely (0 to 2 in 40,000 sequences, never when replayed alone) a
 //     hang after an error in a Flush-ended unit continued to its Sync in
 //     transaction pooling with routing on.
