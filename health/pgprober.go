@@ -112,33 +112,86 @@ func NewPGProber(user, password, database, tlsMode string) *PGProber {
 	}
 }
 
+// Named sets the application_name the prober's sessions log in with
+// ("pg-kinetic health" by default), before its first use.
+func (p *PGProber) Named(applicationName string) *PGProber {
+	p.cred.Params = map[string]string{"application_name": applicationName}
+	return p
+}
+
 // Probe asks the server at addr, in one query (probeSQL), whether it is in
 // recovery, its system identifier, timeline and WAL positions. It reuses the open connection to addr when there is
 // one; if that fails (say the server restarted since) it retries once on a
 // fresh connection, so one restart does not look like an outage.
 func (p *PGProber) Probe(ctx context.Context, addr string) (Verdict, error) {
+	var v Verdict
+	err := p.run(ctx, addr, func(conn *pool.Conn) (err error) {
+		v, err = query(ctx, conn)
+		return err
+	})
+	return v, err
+}
+
+// positionSQL reads a primary's WAL insert position in bytes (at or after
+// the end of every commit so far, also with synchronous_commit = off), its
+// timeline and wal_block_size. pg_current_wal_insert_lsn() fails during
+// recovery: a server that is not (or no longer) a primary gives no
+// position at all.
+const positionSQL = `select pg_current_wal_insert_lsn() - '0/0',
+  ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint,
+  current_setting('wal_block_size')`
+
+// Position reads the WAL insert position of the primary at addr
+// (positionSQL), normalised as a commit's end is (NormalizeInsertLSN),
+// and its timeline. Like Probe it keeps its connection between calls.
+func (p *PGProber) Position(ctx context.Context, addr string) (lsn uint64, timeline uint32, err error) {
+	err = p.run(ctx, addr, func(conn *pool.Conn) error {
+		rows, err := conn.Query(ctx, positionSQL)
+		if err != nil {
+			return err
+		}
+		if len(rows) != 1 || len(rows[0]) != 3 {
+			return errors.New("position: unexpected result shape")
+		}
+		raw, err1 := strconv.ParseUint(string(rows[0][0]), 10, 64)
+		tli, err2 := strconv.ParseUint(string(rows[0][1]), 10, 32)
+		blk, err3 := strconv.ParseUint(string(rows[0][2]), 10, 32)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return fmt.Errorf("position: %w", err)
+		}
+		lsn, timeline = NormalizeInsertLSN(raw, blk), uint32(tli)
+		return nil
+	})
+	return lsn, timeline, err
+}
+
+// run calls fn with the open connection to addr, or a new one. If fn
+// fails on a reused connection (say the server restarted since) it is
+// retried once on a fresh connection, so one restart does not look like
+// an outage. The connection is kept when fn succeeds.
+func (p *PGProber) run(ctx context.Context, addr string, fn func(*pool.Conn) error) error {
 	conn, reused := p.take(addr), true
 	if conn == nil {
 		var err error
 		if conn, err = p.connect(ctx, addr); err != nil {
-			return Verdict{}, err
+			return err
 		}
 		reused = false
 	}
-	v, err := query(ctx, conn)
+	err := fn(conn)
 	if err != nil && reused && ctx.Err() == nil {
 		conn.Close()
 		if conn, err = p.connect(ctx, addr); err != nil {
-			return Verdict{}, err
+			return err
 		}
-		v, err = query(ctx, conn)
+		err = fn(conn)
 	}
 	if err != nil {
 		conn.Close()
-		return Verdict{}, err
+		return err
 	}
 	p.put(addr, conn)
-	return v, nil
+	return nil
 }
 
 // Forget cancels a connection to addr still being made, waits for that

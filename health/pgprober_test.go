@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -315,5 +316,33 @@ func TestPGProberSASLprepPasswords(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPGProberPosition: the position read on the primary is at or after
+// the end of a commit acknowledged before it, on the primary's timeline;
+// a standby gives no position (an error, never a low one).
+func TestPGProberPosition(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	c := pgtest.Shared(t)
+	ctx := ctxT(t, time.Minute)
+	p := health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB, "disable")
+	t.Cleanup(p.Close)
+	for i := 0; i < 3; i++ {
+		commitEnd, err := c.Primary.QueryString(ctx, "select (pg_current_wal_lsn() - '0/0')::text from (select txid_current()) t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lsn, tli, err := p.Position(ctx, c.Primary.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, _ := strconv.ParseUint(commitEnd, 10, 64)
+		if lsn < end || tli == 0 {
+			t.Fatalf("position %d on timeline %d, before the commit's end %d", lsn, tli, end)
+		}
+	}
+	if _, _, err := p.Position(ctx, c.Standbys[0].Addr()); err == nil {
+		t.Fatal("a standby gave a primary position")
 	}
 }

@@ -32,6 +32,44 @@ func TestCaptureAccounting(t *testing.T) {
 		return ss.captures
 	}
 
+	t.Run("a position due after a unit whose link fails", func(t *testing.T) {
+		ss, l := newSession(), newReplicaLink()
+		ss.mu.Lock()
+		ss.positionAfterLocked(l, 1, captureWrite)
+		ss.mu.Unlock()
+		if n := captures(ss); n != 1 {
+			t.Fatalf("captures = %d with one position due, want 1", n)
+		}
+		ss.linkFailed(l, io.EOF, false)
+		if n := captures(ss); n != 0 || !ss.owesCapture() {
+			t.Fatalf("after the link failed: captures = %d, debt %v; want 0 and a debt (the unit's write is unknown)", n, ss.owesCapture())
+		}
+	})
+
+	t.Run("a position due inside a transaction block is not read", func(t *testing.T) {
+		ss, l := newSession(), newReplicaLink()
+		ss.mu.Lock()
+		ss.pending = 1
+		ss.positionAfterLocked(l, 1, captureWrite)
+		ss.mu.Unlock()
+		ss.readyForQuery(l, 'T')
+		if n := captures(ss); n != 0 || ss.owesCapture() {
+			t.Fatalf("captures = %d, debt %v after ReadyForQuery T; want 0 and none", n, ss.owesCapture())
+		}
+	})
+
+	t.Run("no reader: the position is owed", func(t *testing.T) {
+		ss, l := newSession(), newReplicaLink()
+		ss.mu.Lock()
+		ss.pending = 1
+		ss.positionAfterLocked(l, 1, captureWrite)
+		ss.mu.Unlock()
+		ss.readyForQuery(l, 'I')
+		if n := captures(ss); n != 0 || !ss.owesCapture() {
+			t.Fatalf("captures = %d, debt %v; want 0 and a debt", n, ss.owesCapture())
+		}
+	})
+
 	t.Run("the link fails after the query was queued", func(t *testing.T) {
 		ss, l := newSession(), newReplicaLink()
 		if err := ss.injectCapture(l, captureReplay); err != nil {

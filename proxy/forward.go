@@ -1171,23 +1171,10 @@ func (ss *session) payCaptureDebt() error {
 		return nil
 	}
 	ss.waitIdle()
-	l, err := ss.primaryLink()
-	if err != nil {
-		return nil // the unit finds out for itself
-	}
 	ss.mu.Lock()
-	ss.captureDebt = false
+	ss.captures++
+	ss.requestPositionLocked(captureWrite, true)
 	ss.mu.Unlock()
-	if err = ss.injectCapture(l, captureWrite); err == nil {
-		err = l.conn.W.Flush()
-	}
-	ss.unclaim(l)
-	if err != nil {
-		ss.mu.Lock()
-		ss.captureDebt = true
-		ss.mu.Unlock()
-		return errServerGone
-	}
 	return nil
 }
 
@@ -1210,6 +1197,9 @@ func (ss *session) linkDead(l *link) bool {
 // transaction (the token; SPEC §5), after a read on a replica (the
 // monotonic floor). An open unit gets it when its Sync arrives.
 func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
+	ss.mu.Lock()
+	unitBatch := l.batches // the unit's last ReadyForQuery is number unitBatch
+	ss.mu.Unlock()
 	if !open && !u.copyIn {
 		// RESET returns a server connection to its own defaults, where
 		// PostgreSQL returns a session to the values it logged in with:
@@ -1238,15 +1228,16 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 	}
 	ss.mu.Lock()
 	inTx := ss.tx != 'I' && !u.txEnd
-	ss.mu.Unlock()
-	var err error
-	switch {
-	case !l.replica && (!inTx || u.txEnd):
+	if !l.replica && (!inTx || u.txEnd) {
 		kind := byte(captureWrite)
 		if u.read {
 			kind = captureRead
 		}
-		err = ss.injectCapture(l, kind)
+		ss.positionAfterLocked(l, unitBatch, kind)
+	}
+	ss.mu.Unlock()
+	var err error
+	switch {
 	case l.replica && !inTx && !u.txStart:
 		err = ss.injectCapture(l, captureReplay)
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -126,6 +127,14 @@ func (ss *session) captured(l *link, kind, status byte) {
 		}
 		ok = tok.Timeline != 0
 	}
+	ss.applyPosition(kind, tok, ok, l.addr, false)
+}
+
+// applyPosition uncounts a position read for kind and, when ok, applies
+// tok: a write's token (told to the client as ParameterStatus
+// pg_kinetic.write_lsn, without waiting for it) and floor, a read's floor.
+// clearsDebt: it was read to pay captureDebt.
+func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr string, clearsDebt bool) {
 	var status2 *pgproto3.ParameterStatus
 	ss.mu.Lock()
 	ss.captures--
@@ -141,17 +150,114 @@ func (ss *session) captured(l *link, kind, status byte) {
 			ss.raiseFloorLocked(tok)
 		case captureReplay:
 			ss.raiseFloorLocked(tok)
-			ss.srv.observe(l.addr, tok)
+			ss.srv.observe(addr, tok)
 		case capturePosition:
 			ss.position = tok
 		}
+		if clearsDebt {
+			ss.captureDebt = false
+		}
+	} else if kind != capturePosition {
+		// What the unit wrote or saw is unknown: reads go to the primary
+		// until a position is read (payCaptureDebt).
+		ss.captureDebt = true
 	}
 	ss.cond.Broadcast()
 	ss.mu.Unlock()
 	if status2 != nil {
-		// After the unit's own ReadyForQuery: the client is told its token
-		// without waiting for it.
 		ss.send(status2)
+	}
+}
+
+// positionReader is the route's WAL position reader, or nil.
+func (ss *session) positionReader() *freshness.Reader {
+	if ss.srv == nil {
+		return nil
+	}
+	if r := ss.srv.routing.Load(); r != nil {
+		return r.readers[ss.route.Name]
+	}
+	return nil
+}
+
+// positionDue is a primary position the session reads once l's batch
+// number batch is answered: after the unit it follows.
+type positionDue struct {
+	batch uint64
+	kind  byte
+}
+
+// positionAfterLocked asks for the primary's position once l answers
+// batch (a unit's last): the route's reader reads it on its own
+// connection, after that ReadyForQuery, so it is at or after the unit's
+// commit. Callers hold ss.mu.
+func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
+	ss.captures++
+	if l.rfqs >= batch {
+		// Answered already (the unit was flushed as it was written): a
+		// request now is after its ReadyForQuery.
+		if ss.tx != 'I' {
+			ss.captures--
+			ss.cond.Broadcast()
+			return
+		}
+		ss.requestPositionLocked(kind, false)
+		return
+	}
+	if l.dead {
+		ss.captures--
+		ss.captureDebt = true
+		ss.cond.Broadcast()
+		return
+	}
+	l.due = append(l.due, positionDue{batch: batch, kind: kind})
+}
+
+// positionsDueLocked requests the positions due at l's ReadyForQuery
+// with status. One inside a transaction block is not after a commit (the
+// unit opened one): nothing is read. Callers hold ss.mu.
+func (ss *session) positionsDueLocked(l *link, status byte) {
+	for len(l.due) > 0 && l.due[0].batch <= l.rfqs {
+		d := l.due[0]
+		l.due = l.due[1:]
+		if status != 'I' {
+			ss.captures--
+			continue
+		}
+		ss.requestPositionLocked(d.kind, false)
+	}
+	if len(l.due) == 0 {
+		l.due = nil
+	}
+}
+
+// requestPositionLocked asks the route's reader for a position read after
+// now. Callers hold ss.mu (Request never blocks, its answer comes on
+// another goroutine).
+func (ss *session) requestPositionLocked(kind byte, clearsDebt bool) {
+	rd := ss.positionReader()
+	if rd == nil {
+		ss.captures--
+		ss.captureDebt = ss.captureDebt || kind != capturePosition
+		ss.cond.Broadcast()
+		return
+	}
+	rd.Request(func(tok freshness.Token, err error) {
+		if err != nil {
+			ss.log.Debug("WAL position not read", zap.Error(err))
+		}
+		ss.applyPosition(kind, tok, err == nil, "", clearsDebt)
+	})
+}
+
+// positionsLostLocked uncounts the positions due on a link that failed:
+// what those units wrote is unknown (captureDebt). Callers hold ss.mu.
+func (ss *session) positionsLostLocked(l *link) {
+	if len(l.due) > 0 {
+		ss.captures -= len(l.due)
+		ss.captureDebt = true
+		l.due = nil
+		ss.cond.Broadcast()
 	}
 }
 
@@ -239,27 +345,20 @@ func mergeExternal(floor, ext freshness.Token, current uint32) freshness.Token {
 }
 
 // strictPosition reads the primary's current WAL position for a
-// strict-fresh read: one round trip to the primary, only for such reads.
+// strict-fresh read: one round trip of the route's reader (batched with
+// other sessions'), only for such reads.
 func (ss *session) strictPosition() (freshness.Token, bool) {
-	ss.waitIdle()
-	ss.mu.Lock()
-	ss.position = freshness.Token{}
-	ss.mu.Unlock()
-	l, err := ss.primaryLink()
-	if err != nil {
+	rd := ss.positionReader()
+	if rd == nil {
 		return freshness.Token{}, false
 	}
-	err = ss.injectCapture(l, capturePosition)
-	if err == nil {
-		err = l.conn.W.Flush()
-	}
-	ss.unclaim(l)
-	if err != nil || !ss.waitCaptures() {
+	ctx, cancel := context.WithTimeout(context.Background(), captureWait)
+	defer cancel()
+	tok, err := rd.Read(ctx)
+	if err != nil {
 		return freshness.Token{}, false // the read goes to the primary
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.position, !ss.position.IsZero()
+	return tok, true
 }
 
 // captureWait bounds waitCaptures. A position query answers right after

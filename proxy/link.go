@@ -52,6 +52,12 @@ type link struct {
 	// errInjected: the error being relayed is an injected message's,
 	// given to the client as its first message's (batchFailedLocked).
 	errInjected bool
+	// describes: the client's Describes of statements written here, in
+	// order, awaiting their ParameterDescription (paramsDescribedLocked).
+	describes []describeWait
+	// due: primary WAL positions to read once a batch is answered
+	// (positionAfterLocked).
+	due []positionDue
 
 	readerDone chan error
 	dead       bool // the reader ended; the link must not be used
@@ -469,6 +475,9 @@ func (ss *session) serverToClient(l *link) error {
 				ss.mu.Lock()
 				l.rfqs++
 				l.answered = 0
+				if len(body) == 1 {
+					ss.positionsDueLocked(l, body[0])
+				}
 				l.swallow = l.swallow[1:]
 				ss.cond.Broadcast() // syncPrimary may wait for it
 				ss.mu.Unlock()
@@ -501,6 +510,11 @@ func (ss *session) serverToClient(l *link) error {
 				l.held = l.held[:0]
 				ss.linkFailed(l, err, false)
 				return errServerGone
+			}
+			if h.Type == 't' {
+				ss.mu.Lock()
+				ss.paramsDescribedLocked(l, body)
+				ss.mu.Unlock()
 			}
 			l.held = append(l.held, body...)
 			continue
@@ -596,7 +610,7 @@ func (ss *session) serverToClient(l *link) error {
 			}
 			ss.cond.Broadcast() // settleOps may wait for it
 			ss.mu.Unlock()
-		case h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' && h.Len <= wire.MaxSmallBodyLen*100 || h.Type == 'C':
+		case h.Type == 'Z' || h.Type == 'S' || (h.Type == 'E' || h.Type == 't') && h.Len <= wire.MaxSmallBodyLen*100 || h.Type == 'C':
 			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
 				break
 			}
@@ -617,6 +631,10 @@ func (ss *session) serverToClient(l *link) error {
 				ss.unitErr = true
 				l.failed = l.rfqs + 1
 				ss.batchFailedLocked(l)
+				ss.mu.Unlock()
+			case 't':
+				ss.mu.Lock()
+				ss.paramsDescribedLocked(l, body)
 				ss.mu.Unlock()
 			case 'C':
 				ss.mu.Lock()
@@ -992,6 +1010,7 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 		ss.lastIdleDone = ss.doneSeq
 	}
 	ss.tx = status
+	ss.positionsDueLocked(l, status)
 	if status == 'I' {
 		ss.unitEnded()
 		if ss.pending == 0 {
@@ -1014,6 +1033,7 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 	ss.mu.Lock()
 	l.dead = true
 	ss.forgetSwallowLocked(l, len(l.swallow)) // they will never be answered
+	ss.positionsLostLocked(l)
 	// Parses and Closes the server never confirmed did not happen for the
 	// client (a read retried elsewhere writes them again).
 	for _, op := range l.ops {

@@ -25,12 +25,20 @@ type routing struct {
 	classifiers map[string]*classify.Classifier // by route name
 	checkers    map[string]*health.Checker
 	probers     []*health.PGProber
+	// readers read the primary's WAL position for every session of a
+	// routed route, on a connection of their own (freshness.Reader):
+	// nothing is injected into the sessions' server connections.
+	readers     map[string]*freshness.Reader
+	stopReaders context.CancelFunc
 }
 
 // onDown is called when a probe finds a server unreachable after it was
 // reachable (health.Options.Unreachable).
 func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string)) *routing {
-	r := &routing{classifiers: map[string]*classify.Classifier{}, checkers: map[string]*health.Checker{}}
+	r := &routing{classifiers: map[string]*classify.Classifier{}, checkers: map[string]*health.Checker{},
+		readers: map[string]*freshness.Reader{}}
+	readersCtx, stop := context.WithCancel(context.Background())
+	r.stopReaders = stop
 	for i := range cfg.Routes {
 		rt := &cfg.Routes[i]
 		r.classifiers[rt.Name] = classify.New(classify.Options{
@@ -58,11 +66,21 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string)) *
 			Unreachable: onDown,
 		})
 		r.probers = append(r.probers, prober)
+		positions := health.NewPGProber(user, pass, rt.BackendDB(), cfg.Server.BackendTLSMode).Named("pg-kinetic position")
+		r.probers = append(r.probers, positions)
+		primary, timeout := rt.Primary.Address, rt.HA.HealthTimeout()
+		r.readers[rt.Name] = freshness.NewReader(readersCtx, func(ctx context.Context) (freshness.Token, error) {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			lsn, tli, err := positions.Position(ctx, primary)
+			return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, err
+		})
 	}
 	return r
 }
 
 func (r *routing) close() {
+	r.stopReaders()
 	for _, c := range r.checkers {
 		c.Close()
 	}

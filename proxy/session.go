@@ -113,8 +113,11 @@ type session struct {
 	// undo: statement changes the server refused or skipped, to undo on
 	// the client's side (applyClientUndo); under mu, hasUndo says so
 	// without it.
-	undo     []stmtOp
-	hasUndo  atomic.Bool
+	undo    []stmtOp
+	hasUndo atomic.Bool
+	// inferred: parameter types servers described for the client's
+	// statements, by Parse body (under mu; stand-ins use them).
+	inferred map[string][]uint32
 	kstmts   map[string]kcmd    // extended-protocol pg_kinetic.* statements the proxy answers (localext.go)
 	kportals map[string]kportal // and their portals
 	// srvPortals are the named portals the client Bound on servers in

@@ -161,7 +161,7 @@ func (ss *session) ensureStatement(l *link, name string, use byte) error {
 		return err
 	}
 	set := string(want.parse)
-	if stand, mark, ok := ss.standIn(l, &p, use); ok {
+	if stand, mark, ok := ss.standIn(l, &p, string(want.parse), use); ok {
 		if name == "" && l.st.unnamed == mark || name != "" && l.st.prepared[name] == mark {
 			return nil
 		}
@@ -211,14 +211,61 @@ func (ss *session) ensureStatement(l *link, name string, use byte) error {
 // the real statement (a Close first, as for any other in the way).
 const standInMark = "\x00stand-in"
 
+// describeWait is a client's Describe of a statement written to a link,
+// whose ParameterDescription is still to come; parse is the statement's
+// Parse body.
+type describeWait struct {
+	batch uint64
+	parse string
+}
+
+// maxInferred bounds session.inferred (statements whose parameter types
+// the proxy learned); past it the map starts over.
+const maxInferred = 1024
+
+// paramsDescribedLocked notes a ParameterDescription the client receives
+// from l: the answer to the oldest Describe of a statement waiting there.
+// Callers hold ss.mu.
+func (ss *session) paramsDescribedLocked(l *link, body []byte) {
+	for len(l.describes) > 0 && l.describes[0].batch < l.rfqs {
+		l.describes = l.describes[1:] // (a batch that ended unanswered)
+	}
+	if len(l.describes) == 0 {
+		return
+	}
+	w := l.describes[0]
+	l.describes = l.describes[1:]
+	var pd pgproto3.ParameterDescription
+	if pd.Decode(body) != nil || slices.Contains(pd.ParameterOIDs, 0) {
+		return // (a stand-in's, with a type left to the server)
+	}
+	if ss.inferred == nil || len(ss.inferred) >= maxInferred {
+		ss.inferred = map[string][]uint32{}
+	}
+	ss.inferred[w.parse] = pd.ParameterOIDs
+}
+
+// describesFailedLocked drops the Describes of batch l.rfqs still
+// waiting: the batch failed, the server skips them. Callers hold ss.mu.
+func (l *link) describesFailedLocked() {
+	kept := l.describes[:0]
+	for _, w := range l.describes {
+		if w.batch != l.rfqs {
+			kept = append(kept, w)
+		}
+	}
+	l.describes = kept
+}
+
 // standIn returns the stand-in for p on l before a message of type use,
 // and its record mark; ok is false where the real Parse is to be sent:
 // outside a failed transaction, with batches in flight on l, for a text
 // that runs in a failed transaction (COMMIT, ROLLBACK, an empty query),
 // and before a Describe whose answer the stand-in cannot give (a
 // statement that returns rows, 25P02 from the real Parse as from
-// PostgreSQL; a parameter type the server infers).
-func (ss *session) standIn(l *link, p *pgproto3.Parse, use byte) (_ *pgproto3.Parse, mark string, ok bool) {
+// PostgreSQL; a parameter type the server infers, unless a Describe of
+// the statement told it: session.inferred).
+func (ss *session) standIn(l *link, p *pgproto3.Parse, parse string, use byte) (_ *pgproto3.Parse, mark string, ok bool) {
 	if !ss.standInUse(l, use) {
 		return nil, "", false
 	}
@@ -226,7 +273,17 @@ func (ss *session) standIn(l *link, p *pgproto3.Parse, use byte) (_ *pgproto3.Pa
 	if !ok {
 		return nil, "", false
 	}
-	return standInFor(p.Name, info, p.ParameterOIDs, use)
+	oids := p.ParameterOIDs
+	if len(oids) < info.Params || slices.Contains(oids, 0) {
+		// Types the server infers: known if a Describe of the same
+		// statement told them.
+		ss.mu.Lock()
+		if have, ok := ss.inferred[parse]; ok && len(have) == info.Params {
+			oids = have
+		}
+		ss.mu.Unlock()
+	}
+	return standInFor(p.Name, info, oids, use)
 }
 
 // standInUse reports whether a message of type use on l may get a
@@ -730,6 +787,7 @@ func (ss *session) batchFailedLocked(l *link) {
 	}
 	l.ops = kept
 	ss.cond.Broadcast() // settleOps may wait for them
+	l.describesFailedLocked()
 	l.errInjected = false
 }
 
@@ -1003,6 +1061,20 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			delete(ss.stmts, name)
 			delete(ss.sqlPrepared, name) // one namespace: Close closes a PREPAREd one too
 			l.st.drop(name)
+		}
+	case 'D':
+		// A Describe of a statement: its ParameterDescription tells the
+		// types the server inferred, which a stand-in needs (standIn).
+		if kind, name, err := describeTarget(body); err == nil && kind == 'S' {
+			info := ss.unnamed
+			if name != "" {
+				info = ss.stmts[name]
+			}
+			if info.parse != nil {
+				ss.mu.Lock()
+				l.describes = append(l.describes, describeWait{batch: l.batches, parse: string(info.parse)})
+				ss.mu.Unlock()
+			}
 		}
 	case 'Q':
 		// A simple Query drops the unnamed statement, on the server and so
