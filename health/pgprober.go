@@ -27,6 +27,9 @@ import (
 //  6. a standby's pg_last_wal_replay_lsn(), in bytes
 //  7. a standby's pg_is_wal_replay_paused() (it fails outside recovery)
 //  8. wal_block_size, for NormalizeInsertLSN
+//  9. pg_postmaster_start_time(), in microseconds since the epoch: a
+//     standby that restarted may accept queries at its minimum recovery
+//     point, behind what it showed before (Verdict.StartedAt)
 //
 // The standby-only functions keep answering after a promotion (frozen at the
 // end of recovery), so the CASEs also keep their stale values off a primary.
@@ -44,7 +47,8 @@ const probeSQL = `select r,
   case when r then pg_last_wal_receive_lsn() - '0/0' end,
   case when r then pg_last_wal_replay_lsn() - '0/0' end,
   case when r then pg_is_wal_replay_paused() else false end,
-  current_setting('wal_block_size')
+  current_setting('wal_block_size'),
+  (extract(epoch from pg_postmaster_start_time()) * 1000000)::bigint
 from pg_is_in_recovery() as r`
 
 // closeTimeout bounds the Terminate of a connection the prober gives up.
@@ -303,7 +307,7 @@ func query(ctx context.Context, conn *pool.Conn) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, err
 	}
-	if len(rows) != 1 || len(rows[0]) != 8 {
+	if len(rows) != 1 || len(rows[0]) != 9 {
 		return Verdict{}, errors.New("probe: unexpected result shape")
 	}
 	return decodeProbeRow(rows[0])
@@ -325,7 +329,7 @@ func decodeProbeRow(row [][]byte) (Verdict, error) {
 		return Verdict{}, errors.New("probe: no system identifier")
 	}
 	v.SystemID = string(row[1])
-	var tl, insert, blockSize uint64
+	var tl, insert, blockSize, started uint64
 	for _, f := range []struct {
 		name string
 		text []byte
@@ -337,6 +341,7 @@ func decodeProbeRow(row [][]byte) (Verdict, error) {
 		{"receive position", row[4], 64, &v.ReceiveLSN},
 		{"replay position", row[5], 64, &v.ReplayLSN},
 		{"wal_block_size", row[7], 32, &blockSize},
+		{"start time", row[8], 63, &started},
 	} {
 		if f.text == nil {
 			continue // NULL: unknown
@@ -349,6 +354,9 @@ func decodeProbeRow(row [][]byte) (Verdict, error) {
 	}
 	v.Timeline = uint32(tl)
 	v.CurrentLSN = NormalizeInsertLSN(insert, blockSize)
+	if started != 0 {
+		v.StartedAt = time.UnixMicro(int64(started))
+	}
 	switch string(row[6]) {
 	case "t":
 		v.ReplayPaused = true

@@ -91,6 +91,11 @@ type Verdict struct {
 	// ReplayPaused is a standby's pg_is_wal_replay_paused(): replay paused
 	// or a pause requested. Its ReplayLSN will not move until resumed.
 	ReplayPaused bool
+	// StartedAt is the server's pg_postmaster_start_time(), zero if
+	// unknown. A standby whose StartedAt changed restarted: it may have
+	// come back behind what it served before (crash recovery stops at its
+	// minimum recovery point).
+	StartedAt time.Time
 	// LagBytes is how much WAL a standby has not replayed: the route
 	// primary's latest CurrentLSN minus ReplayLSN, at least 0. LagMS is how
 	// long ago the primary was last known to be at ReplayLSN, 0 when the

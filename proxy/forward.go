@@ -854,6 +854,37 @@ func hasPrefixFold(q []byte, w string) bool {
 	return len(q) >= len(w) && bytes.EqualFold(q[:len(w)], []byte(w))
 }
 
+// settleReferences waits, before b is classified, for the server's
+// answers to Parses and Closes of earlier pipelined batches that define
+// the statements b's Binds and Describes use: whether such a Parse ran or
+// was skipped after an error decides which statement the name holds, and
+// so whether the unit is a read (a Bind of the unnamed statement after a
+// skipped Parse of a SELECT is the INSERT before it, and must not go to a
+// replica). Nothing waits when no such Parse is in flight.
+func (ss *session) settleReferences(b *batch) {
+	ss.mu.Lock()
+	l := ss.cur
+	pending := l != nil && !l.dead && len(l.ops) > 0 && l.claimLocked()
+	ss.mu.Unlock()
+	if !pending {
+		return
+	}
+	defer ss.unclaim(l)
+	var done map[string]bool
+	for _, m := range b.msgs {
+		name, ok := stmtRef(m.typ, b.body(m))
+		if !ok || done[name] {
+			continue
+		}
+		if done == nil {
+			done = map[string]bool{}
+		}
+		done[name] = true
+		ss.settleOps(l, name)
+	}
+	ss.applyClientUndo()
+}
+
 // routeBatch decides where a unit goes and sends it there. open means the
 // unit continues after b (Flush, or oversized). It returns the link used,
 // or nil when the proxy answered the unit itself (a rejection, a local
@@ -870,6 +901,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 	if ss.awaitPrimaryCheck() || ss.syncPrimary() {
 		return nil, nil // the session's backend was terminated
 	}
+	ss.settleReferences(b)
 	if k := ss.replicaTxEndSplit(b); k > 0 {
 		return ss.routeSplit(b, k, open, oversized)
 	}
@@ -965,7 +997,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 	var d decision
 	var l *link
 	tried := map[string]bool{}
-	waited := false
+	waited, boundTried := false, false
 	for {
 		ss.mu.Lock()
 		for ss.pending > 0 && !ss.killed && ss.cur != nil && !ss.cur.dead {
@@ -991,6 +1023,20 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		ss.mu.Unlock()
 
 		fellBack := d.target != targetReplica && isFallback(d.reason)
+		if fellBack && !boundTried && ss.needsFloor(u) && ss.hasSeen() {
+			// Only the replica it read from may serve it, and that one
+			// cannot: bound what it saw with the primary's position.
+			boundTried = true
+			if ss.boundSeenByPrimary() {
+				if r := ss.readRequirement(u, primaryV); tokenLess(req.Floor, r.Floor) {
+					req.Floor = r.Floor
+				}
+				continue
+			}
+		}
+		if fellBack {
+			ss.hurrySeen(req) // so the next reads find a replica fresh
+		}
 		if fellBack && !waited && fallback == config.FallbackWait {
 			// fallback_policy = "wait": give the replicas up to
 			// read_after_write_timeout_ms to qualify, then decide again.
@@ -1235,15 +1281,12 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 		}
 		ss.positionAfterLocked(l, unitBatch, kind)
 	}
+	if l.replica && !inTx && !u.txStart {
+		// What the read saw is bounded later (affinity.go): nothing is
+		// read after it.
+		ss.seenAfterLocked(l, unitBatch)
+	}
 	ss.mu.Unlock()
-	var err error
-	switch {
-	case l.replica && !inTx && !u.txStart:
-		err = ss.injectCapture(l, captureReplay)
-	}
-	if err != nil {
-		return errServerGone
-	}
 	return nil
 }
 
@@ -1284,17 +1327,32 @@ func (ss *session) sessionInfoLocked() sessionInfo {
 }
 
 func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool, req freshness.Requirement) decision {
-	cands := ss.srv.candidates(ss.route, req)
+	snap := ss.snapshot()
+	floor := ss.needsFloor(u)
+	if floor {
+		if raised := ss.boundSeenLocked(snap); !raised.IsZero() {
+			req.Floor = mergeExternal(req.Floor, raised, req.PrimaryTimeline)
+		}
+	}
+	cands := ss.srv.candidatesFrom(ss.route, snap, req)
 	for i := range cands {
 		if tried[cands[i].addr] {
 			cands[i].eligible, cands[i].reason = false, reasonReplicaUnavailable
 		}
 	}
+	if floor {
+		ss.restrictToSeenLocked(cands, snap)
+		s.affine = ss.affine
+	}
 	if ss.deferred != "" && !u.txStart {
 		// A plain BEGIN opened a write-capable transaction.
 		return decision{target: targetPrimary, reason: reasonWrite}
 	}
-	return decide(s, u, cands, rand.Float64())
+	d := decide(s, u, cands, rand.Float64())
+	if floor && d.target == targetReplica {
+		ss.affine = d.addr
+	}
+	return d
 }
 
 // linkFor is the attached link a decision names, nil if not attached.

@@ -213,6 +213,23 @@ func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
 	l.due = append(l.due, positionDue{batch: batch, kind: kind})
 }
 
+// seenAfterLocked notes, once l answers batch (a read's last), that the
+// session read from l's replica (noteSeenLocked). Callers hold ss.mu.
+func (ss *session) seenAfterLocked(l *link, batch uint64) {
+	if l.rfqs >= batch || l.dead {
+		ss.noteSeenLocked(l.addr)
+		return
+	}
+	l.due = append(l.due, positionDue{batch: batch, kind: captureReplay})
+}
+
+// hasSeen reports whether some replica read of the session is unbounded.
+func (ss *session) hasSeen() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.seen) > 0
+}
+
 // positionsDueLocked requests the positions due at l's ReadyForQuery
 // with status. One inside a transaction block is not after a commit (the
 // unit opened one): nothing is read. Callers hold ss.mu.
@@ -220,6 +237,10 @@ func (ss *session) positionsDueLocked(l *link, status byte) {
 	for len(l.due) > 0 && l.due[0].batch <= l.rfqs {
 		d := l.due[0]
 		l.due = l.due[1:]
+		if d.kind == captureReplay {
+			ss.noteSeenLocked(l.addr) // (uncounted: nothing is read)
+			continue
+		}
 		if status != 'I' {
 			ss.captures--
 			continue
@@ -253,12 +274,17 @@ func (ss *session) requestPositionLocked(kind byte, clearsDebt bool) {
 // positionsLostLocked uncounts the positions due on a link that failed:
 // what those units wrote is unknown (captureDebt). Callers hold ss.mu.
 func (ss *session) positionsLostLocked(l *link) {
-	if len(l.due) > 0 {
-		ss.captures -= len(l.due)
+	for _, d := range l.due {
+		if d.kind == captureReplay {
+			// The read may have reached the client: it counts as seen.
+			ss.noteSeenLocked(l.addr)
+			continue
+		}
+		ss.captures--
 		ss.captureDebt = true
-		l.due = nil
-		ss.cond.Broadcast()
 	}
+	l.due = nil
+	ss.cond.Broadcast()
 }
 
 // tokenLess orders tokens by timeline, then position.

@@ -64,6 +64,7 @@ type sessionInfo struct {
 	pinned         string // pin reason, "" if not pinned
 	cur            string // address of the server with responses outstanding, "" if none
 	curReplica     bool
+	affine         string // the replica a read-your-writes read stays on while eligible, "" if none
 }
 
 // decision is where a unit goes and why.
@@ -111,6 +112,15 @@ func decide(s sessionInfo, u unitInfo, cands []candidate, rnd float64) decision 
 	if s.cur != "" && s.curReplica {
 		for _, c := range cands {
 			if c.addr == s.cur && c.eligible && c.weight > 0 {
+				return decision{target: targetReplica, addr: c.addr, reason: reasonRead, lagMS: c.lagMS}
+			}
+		}
+	}
+	// A read that must see the session's writes stays on the replica it
+	// last used (affinity.go): a running standby never replays backwards.
+	if s.affine != "" {
+		for _, c := range cands {
+			if c.addr == s.affine && c.eligible && c.weight > 0 {
 				return decision{target: targetReplica, addr: c.addr, reason: reasonRead, lagMS: c.lagMS}
 			}
 		}

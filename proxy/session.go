@@ -115,6 +115,11 @@ type session struct {
 	// without it.
 	undo    []stmtOp
 	hasUndo atomic.Bool
+	// seen: replicas the session read from, what it saw there not yet
+	// bounded; affine: the replica its last read-your-writes read used
+	// (affinity.go). Under mu.
+	seen   []seenRead
+	affine string
 	// inferred: parameter types servers described for the client's
 	// statements, by Parse body (under mu; stand-ins use them).
 	inferred map[string][]uint32

@@ -540,7 +540,9 @@ func TestChaosBothReplicasKilled(t *testing.T) {
 	awaitCond(t, 20*time.Second, "both replicas to have served this session", func() (bool, error) {
 		seen := map[int]bool{}
 		for i := 0; i < 20; i++ {
-			p, err := readPort(ctx, c, "select inet_server_port()")
+			// (stale-ok: balanced per unit; a read-your-writes read stays
+			// on the replica it used, SPEC §5.)
+			p, err := readPort(ctx, c, "/* pg-kinetic: stale-ok */ select inet_server_port()")
 			if err != nil {
 				return false, err
 			}

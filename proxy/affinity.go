@@ -1,0 +1,183 @@
+package proxy
+
+import (
+	"context"
+	"time"
+
+	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/freshness"
+	"github.com/pg-kinetic/pg-kinetic/health"
+)
+
+// Monotonic reads without a statement per read (SPEC §5). A standby that
+// keeps running never replays backwards, so a session's reads that need
+// read-your-writes stay on the replica they last used (affine) while it
+// is eligible: nothing needs to be read after them. To move to another
+// replica the session needs an upper bound of what it saw on the one it
+// read from: the first replay position probed there after its read
+// (health.Verdict.ProbedAt is when a probe began), or the primary's
+// position read after it. Until one is known the read may use that
+// replica alone. A standby that restarted (its pg_postmaster_start_time
+// changed) counts as another replica: after a crash it may accept queries
+// at its minimum recovery point, behind what it showed before. Tolerant
+// reads (stale-ok, a lag budget alone) balance per unit as before, and
+// what they saw is bounded the same way.
+
+// seenRead is a replica a session read from whose replay position since
+// is not yet bounded.
+type seenRead struct {
+	addr    string
+	at      time.Time // the read's ReadyForQuery
+	started time.Time // the replica's StartedAt as probed then (zero: unknown)
+}
+
+// needsFloor reports whether u's read must see the session's writes and
+// what it saw before (the route's policy has a floor, and no stale-ok).
+func (ss *session) needsFloor(u unitInfo) bool {
+	switch ss.route.Freshness.FreshnessPolicy {
+	case config.FreshnessSessionWriteLSN, config.FreshnessSessionWriteLSNAndMax:
+		return !u.staleOK
+	}
+	return false
+}
+
+// snapshot is the route's latest health snapshot, or nil.
+func (ss *session) snapshot() *health.Snapshot {
+	if ss.srv == nil {
+		return nil
+	}
+	if r := ss.srv.routing.Load(); r != nil && r.checkers[ss.route.Name] != nil {
+		return r.checkers[ss.route.Name].Snapshot()
+	}
+	return nil
+}
+
+// noteSeenLocked records a read on replica addr that just ended.
+// Callers hold ss.mu.
+func (ss *session) noteSeenLocked(addr string) {
+	s := seenRead{addr: addr, at: time.Now()}
+	if snap := ss.snapshot(); snap != nil {
+		if v, ok := snap.Get(addr); ok {
+			s.started = v.StartedAt
+		}
+	}
+	for i := range ss.seen {
+		if ss.seen[i].addr == addr && ss.seen[i].started.Equal(s.started) {
+			ss.seen[i].at = s.at // a later read: a later probe bounds both
+			return
+		}
+	}
+	ss.seen = append(ss.seen, s)
+}
+
+// boundSeenLocked raises the floor to the replay position probed on each
+// replica the session read from, by a probe begun after the read there
+// (the replica not restarted in between), and forgets those reads.
+// Callers hold ss.mu.
+// It returns the highest bound applied (zero if none).
+func (ss *session) boundSeenLocked(snap *health.Snapshot) (raised freshness.Token) {
+	if len(ss.seen) == 0 || snap == nil {
+		return freshness.Token{}
+	}
+	kept := ss.seen[:0]
+	for _, s := range ss.seen {
+		v, ok := snap.Get(s.addr)
+		if ok && v.Reachable && v.Err == "" && v.Detected == health.RoleStandby && v.ReplayLSN != 0 &&
+			v.ProbedAt.After(s.at) && !s.started.IsZero() && v.StartedAt.Equal(s.started) {
+			tok := freshness.Token{Timeline: v.Timeline, LSN: freshness.LSN(v.ReplayLSN)}
+			ss.raiseFloorLocked(tok)
+			if tokenLess(raised, tok) {
+				raised = tok
+			}
+			continue
+		}
+		kept = append(kept, s)
+	}
+	ss.seen = kept
+	return raised
+}
+
+// restrictToSeenLocked makes a read that needs the floor ineligible on
+// every replica but the one it read from while what it saw there is not
+// bounded (on any replica, when it read from several), and on that one if
+// it restarted since. Callers hold ss.mu.
+func (ss *session) restrictToSeenLocked(cands []candidate, snap *health.Snapshot) {
+	if len(ss.seen) == 0 {
+		return
+	}
+	for i := range cands {
+		c := &cands[i]
+		if !c.eligible {
+			continue
+		}
+		for _, s := range ss.seen {
+			restarted := false
+			if snap != nil {
+				if v, ok := snap.Get(c.addr); ok && s.addr == c.addr && !v.StartedAt.Equal(s.started) {
+					restarted = true
+				}
+			}
+			if s.addr != c.addr || restarted {
+				c.eligible, c.reason = false, reasonReadYourWrites
+				break
+			}
+		}
+	}
+}
+
+// boundSeenByPrimary bounds every unbounded read with the primary's
+// position read now (an upper bound of anything any standby replayed
+// before), one round trip of the route's reader. It reports whether it
+// did.
+func (ss *session) boundSeenByPrimary() bool {
+	ss.mu.Lock()
+	n := len(ss.seen)
+	ss.mu.Unlock()
+	rd := ss.positionReader()
+	if n == 0 || rd == nil {
+		return false
+	}
+	asked := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), captureWait)
+	defer cancel()
+	tok, err := rd.Read(ctx)
+	if err != nil {
+		return false
+	}
+	ss.mu.Lock()
+	ss.raiseFloorLocked(tok)
+	kept := ss.seen[:0]
+	for _, s := range ss.seen {
+		if s.at.After(asked) { // noted meanwhile: not covered
+			kept = append(kept, s)
+		}
+	}
+	ss.seen = kept
+	ss.mu.Unlock()
+	return true
+}
+
+// hurrySeen asks for prompt probes of the replicas whose reads are not
+// bounded yet, and of those behind req, so a read held back by them gets
+// its answer within about a probe's round trip (the checker bounds hurried
+// probes per server).
+func (ss *session) hurrySeen(req freshness.Requirement) {
+	if ss.srv == nil {
+		return
+	}
+	r := ss.srv.routing.Load()
+	if r == nil || r.checkers[ss.route.Name] == nil {
+		return
+	}
+	checker := r.checkers[ss.route.Name]
+	ss.mu.Lock()
+	for _, s := range ss.seen {
+		checker.Hurry(s.addr)
+	}
+	ss.mu.Unlock()
+	for _, c := range ss.srv.candidatesFrom(ss.route, checker.Snapshot(), req) {
+		if !c.eligible {
+			checker.Hurry(c.addr)
+		}
+	}
+}
