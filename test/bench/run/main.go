@@ -44,6 +44,7 @@ type options struct {
 	seconds   int
 	warmup    int
 	rounds    int
+	standbys  int
 	scale     int
 	sampling  float64
 	out       string
@@ -75,6 +76,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.seconds, "seconds", 10, "measured pgbench duration of each run (-T)")
 	fs.IntVar(&o.warmup, "warmup", 20, "unmeasured pgbench transactions per client before each run (-t), so every client's server connection is open (0: none)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds per cell; the tables show the median")
+	fs.IntVar(&o.standbys, "standbys", 2, "streaming replicas; routed targets read from all of them")
 	fs.IntVar(&o.scale, "scale", 10, "pgbench -i scale factor")
 	fs.Float64Var(&o.sampling, "sampling-rate", 1, "pgbench --sampling-rate of the per-transaction latency log (0 < r <= 1)")
 	fs.StringVar(&o.out, "out", "", "also write the markdown report to this file")
@@ -112,7 +114,7 @@ func parseFlags(args []string) (options, error) {
 	switch {
 	case len(o.workloads) == 0 || len(o.modes) == 0 || len(o.clients) == 0:
 		return o, errors.New("-workloads, -modes and -clients must each name at least one")
-	case o.seconds < 1 || o.rounds < 1 || o.scale < 1 || o.warmup < 0:
+	case o.seconds < 1 || o.rounds < 1 || o.scale < 1 || o.warmup < 0 || o.standbys < 1:
 		return o, errors.New("-seconds, -rounds and -scale must be at least 1, -warmup at least 0")
 	case !(o.sampling > 0 && o.sampling <= 1):
 		return o, errors.New("-sampling-rate must be in (0, 1]")
@@ -202,9 +204,13 @@ func run(ctx context.Context, o options) (err error) {
 	// child on the primary and on the replica; a stopped proxy's backends
 	// take a moment to go) plus superuser and replication slots.
 	maxConn := max(300, 2*maxClients+50)
-	fmt.Fprintf(os.Stderr, "bench: starting PostgreSQL 15 primary + 1 streaming replica (max_connections = %d)\n", maxConn)
-	b.cluster, err = pgtest.Start(ctx, pgtest.Options{Standbys: 1, Conf: fmt.Sprintf("max_connections = %d", maxConn)})
+	fmt.Fprintf(os.Stderr, "bench: starting PostgreSQL 15 primary + %d streaming replicas (max_connections = %d)\n", o.standbys, maxConn)
+	b.cluster, err = pgtest.Start(ctx, pgtest.Options{Standbys: o.standbys,
+		Conf: fmt.Sprintf("max_connections = %d\nshared_preload_libraries = 'pg_stat_statements'", maxConn)})
 	if err != nil {
+		return err
+	}
+	if err := b.cluster.Primary.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
 		return err
 	}
 	defer func() {
@@ -373,11 +379,19 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 		}
 	}
 	br.seconds, br.sampling, br.logDir = o.seconds+extra, o.sampling, logDir
+	if err := b.resetStatements(ctx); err != nil {
+		return result{}, err
+	}
 	rep, err := br.run(ctx)
 	if err != nil {
 		return fail(err)
 	}
-	r := result{tps: rep.tps, p50: rep.p50, p99: rep.p99, failed: rep.failed, cpu100k: math.NaN(), rssMiB: math.NaN(), pssMiB: math.NaN()}
+	own, client, err := b.statementCounts(ctx)
+	if err != nil {
+		return result{}, err
+	}
+	r := result{tps: rep.tps, p50: rep.p50, p99: rep.p99, failed: rep.failed, cpu100k: math.NaN(), rssMiB: math.NaN(), pssMiB: math.NaN(),
+		own: own, client: client}
 	if in.proc != nil {
 		u1, err := treeUsage(in.proc.pid())
 		if err != nil {
@@ -446,10 +460,10 @@ func writeHeader(w *bytes.Buffer, o options, kineticd string, maxConn int) {
 			fmt.Fprintf(w, "- kineticd: %s (%s)\n", version(kineticd, "--version"), kineticd)
 		}
 	}
-	fmt.Fprintf(w, "\nTargets %s. Primary + 1 streaming replica (PostgreSQL 15, fsync off, max_connections = %d), pgbench scale %d. "+
+	fmt.Fprintf(w, "\nTargets %s. Primary + %d streaming replicas (PostgreSQL 15, fsync off, max_connections = %d), pgbench scale %d. "+
 		"Each run: %d s measured after a warm-up of %d transactions per client, `-j min(2, clients)`; median of %d round(s), targets interleaved per round. "+
 		"Proxies are started afresh for every run with pools of clients + 4 server connections (PgBouncer default_pool_size, "+
 		"pgpool num_init_children, kineticd routes.pool.size); "+
 		"the measured -T also covers the time pgbench took to connect its clients in the warm-up. See test/bench/README.md for the columns.\n\n",
-		strings.Join(names, ", "), maxConn, o.scale, o.seconds, o.warmup, o.rounds)
+		strings.Join(names, ", "), o.standbys, maxConn, o.scale, o.seconds, o.warmup, o.rounds)
 }

@@ -30,6 +30,7 @@ type workload struct {
 var allWorkloads = []workload{
 	{"select", "pgbench -S (select-only)", []string{"-b", "select-only"}},
 	{"mix", "read/write mix: -b select-only@9 -b simple-update@1", []string{"-b", "select-only@9", "-b", "simple-update@1"}},
+	{"tpcb", "pgbench tpcb-like (writes and reads)", []string{"-b", "tpcb-like"}},
 }
 
 // statementsPerTx counts the statements of pgbench's built-in scripts, as

@@ -18,6 +18,10 @@ type result struct {
 	rssMiB   float64 // proxy RSS at the end of the run; NaN for direct
 	pssMiB   float64 // proxy PSS at the end of the run; NaN for direct
 	replica  float64 // share of transactions the replica served, 0..1; NaN if unknown
+	// own, client: statements kineticd ran on its own (probes, position
+	// reader, anything injected) and the rest, from pg_stat_statements on
+	// every server during the measured run; NaN if unknown.
+	own, client float64
 }
 
 // cell is one workload × mode × clients combination.
@@ -44,6 +48,7 @@ type summary struct {
 	rssMiB   float64
 	pssMiB   float64
 	replica  float64
+	own      float64 // own / (own + client)
 }
 
 func summarize(rs []result) summary {
@@ -76,6 +81,7 @@ func summarize(rs []result) summary {
 	s.rssMiB = med(func(r result) float64 { return r.rssMiB })
 	s.pssMiB = med(func(r result) float64 { return r.pssMiB })
 	s.replica = med(func(r result) float64 { return r.replica })
+	s.own = med(func(r result) float64 { return r.own / (r.own + r.client) })
 	for _, r := range rs {
 		s.failed += r.failed
 	}
@@ -101,16 +107,16 @@ func median(xs []float64) float64 {
 // direct.
 func writeCell(w io.Writer, c cell, targets []target, sums map[string]summary) {
 	fmt.Fprintf(w, "### %s · `-M %s` · %d clients\n\n", c.workload.desc, c.mode, c.clients)
-	fmt.Fprintln(w, "| target | TPS | p50 ms | p99 ms | CPU s/100k q | RSS MiB | PSS MiB | replica | failed tx |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| target | TPS | p50 ms | p99 ms | CPU s/100k q | RSS MiB | PSS MiB | replica | own stmts | failed tx |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, t := range targets {
 		s := sums[t.name]
 		if !s.ok {
-			fmt.Fprintf(w, "| %s | **FAILED** (%s rounds) | | | | | | | `%s` |\n", t.name, s.failedOf, mdCode(s.err))
+			fmt.Fprintf(w, "| %s | **FAILED** (%s rounds) | | | | | | | | `%s` |\n", t.name, s.failedOf, mdCode(s.err))
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", t.name,
-			num(s.tps, 0), num(s.p50, 3), num(s.p99, 3), num(s.cpu100k, 2), num(s.rssMiB, 1), num(s.pssMiB, 1), pct(s.replica), s.failed)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", t.name,
+			num(s.tps, 0), num(s.p50, 3), num(s.p99, 3), num(s.cpu100k, 2), num(s.rssMiB, 1), num(s.pssMiB, 1), pct(s.replica), pct2(s.own), s.failed)
 	}
 	var rows []string
 	for _, t := range targets {
@@ -118,7 +124,7 @@ func writeCell(w io.Writer, c cell, targets []target, sums map[string]summary) {
 			continue
 		}
 		k := sums[t.name]
-		for _, base := range []string{t.baseline(), "direct"} {
+		for _, base := range []string{t.unrouted(), t.baseline(), "direct"} {
 			b, ok := sums[base]
 			if !ok {
 				continue // baseline not benchmarked
@@ -145,6 +151,14 @@ func writeCell(w io.Writer, c cell, targets []target, sums map[string]summary) {
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// pct2 is a share as a percentage with two decimals, "" when unknown.
+func pct2(x float64) string {
+	if math.IsNaN(x) {
+		return ""
+	}
+	return fmt.Sprintf("%.2f%%", 100*x)
 }
 
 func num(x float64, prec int) string {

@@ -177,7 +177,7 @@ func TestPickTargets(t *testing.T) {
 		return strings.Join(out, ",")
 	}
 	for _, tc := range []struct{ flag, want, err string }{
-		{flag: "all", want: "direct,pgbouncer-session,pgbouncer-tx,pgpool,kineticd-session,kineticd-tx,kineticd-tx-routed"},
+		{flag: "all", want: "direct,pgbouncer-session,pgbouncer-tx,pgpool,kineticd-session,kineticd-session-routed,kineticd-tx,kineticd-tx-routed"},
 		{flag: "kineticd-tx,pgbouncer", want: "pgbouncer-session,pgbouncer-tx,kineticd-tx"},
 		{flag: "pgpool, direct", want: "direct,pgpool"},
 		{flag: "pgcat", err: `unknown target "pgcat"`},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pg-kinetic/pg-kinetic/pool"
 	"github.com/pg-kinetic/pg-kinetic/test/bench/internal/benchutil"
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
@@ -47,6 +48,7 @@ var allTargets = []target{
 	{name: "pgbouncer-tx", kind: "pgbouncer", poolMode: modeTransaction, db: "bench_tx"},
 	{name: "pgpool", kind: "pgpool", poolMode: modeSession, db: pgtest.AppDB},
 	{name: "kineticd-session", kind: "kineticd", poolMode: modeSession, db: pgtest.AppDB},
+	{name: "kineticd-session-routed", kind: "kineticd", poolMode: modeSession, routed: true, db: pgtest.AppDB},
 	{name: "kineticd-tx", kind: "kineticd", poolMode: modeTransaction, db: pgtest.AppDB},
 	{name: "kineticd-tx-routed", kind: "kineticd", poolMode: modeTransaction, routed: true, db: pgtest.AppDB},
 	// Variants for tuning: kineticd on one OS thread of Go code.
@@ -64,6 +66,18 @@ func (t target) baseline() string {
 		return "pgbouncer-tx"
 	}
 	return "pgbouncer-session"
+}
+
+// unrouted names the kineticd target a routed one is compared with: the
+// same pool mode with routing off ("" for other targets).
+func (t target) unrouted() string {
+	if t.kind != "kineticd" || !t.routed {
+		return ""
+	}
+	if t.poolMode == modeTransaction {
+		return "kineticd-tx"
+	}
+	return "kineticd-session"
 }
 
 // bench is the state every run shares: the cluster, where proxies live, who
@@ -281,7 +295,10 @@ func (b *bench) startKineticd(dir, addr string, t target, clients int) (*proc, e
 	}
 	if t.routed {
 		p.ReadRoutingMode = "prefer_replica"
-		p.Replicas = []string{b.cluster.Standbys[0].Addr()}
+		p.Replicas = nil
+		for _, st := range b.cluster.Standbys {
+			p.Replicas = append(p.Replicas, st.Addr())
+		}
 	}
 	cfg, err := benchTOML(kinetictest.TOML(b.cluster, p))
 	if err != nil {
@@ -460,4 +477,52 @@ func (b *bench) xacts(ctx context.Context) ([]int64, error) {
 		}
 	}
 	return out, nil
+}
+
+// ownStatementMarks are substrings of the statements kineticd runs on its
+// own: health probes, the position reader, and what earlier versions
+// injected after client units (a WAL position or replay position query),
+// settings replays and resets.
+var ownStatementMarks = []string{
+	"pg_is_in_recovery() as r",
+	"pg_current_wal_insert_lsn()",
+	"pg_last_wal_replay_lsn()",
+	"set_config(",
+	"RESET ALL",
+	"DISCARD ALL",
+}
+
+// resetStatements empties pg_stat_statements on every server.
+func (b *bench) resetStatements(ctx context.Context) error {
+	for _, s := range append([]*pgtest.Server{b.cluster.Primary}, b.cluster.Standbys...) {
+		if err := s.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+			return fmt.Errorf("%s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// statementCounts sums pg_stat_statements' calls in the app database over
+// every server: those of kineticd's own statements and the rest.
+func (b *bench) statementCounts(ctx context.Context) (own, client float64, err error) {
+	var cond []string
+	for _, m := range ownStatementMarks {
+		cond = append(cond, "strpos(query, "+pool.QuoteLiteral(m)+") > 0")
+	}
+	q := fmt.Sprintf(`SELECT coalesce(sum(calls) FILTER (WHERE %s), 0)::text || ' ' ||
+  coalesce(sum(calls) FILTER (WHERE NOT (%s)), 0)::text
+FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '%s')`,
+		strings.Join(cond, " OR "), strings.Join(cond, " OR "), pgtest.AppDB)
+	for _, s := range append([]*pgtest.Server{b.cluster.Primary}, b.cluster.Standbys...) {
+		v, err := s.QueryString(ctx, q)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		var o, c float64
+		if _, err := fmt.Sscan(v, &o, &c); err != nil {
+			return 0, 0, fmt.Errorf("%s: %q: %w", s.Name, v, err)
+		}
+		own, client = own+o, client+c
+	}
+	return own, client, nil
 }
