@@ -445,6 +445,7 @@ func (c *Checker) record(l *loop, at time.Time, probed Verdict, err error) {
 		v.SystemID = probed.SystemID
 		v.Timeline = probed.Timeline
 		v.ReplayPaused = probed.ReplayPaused
+		v.StartedAt = probed.StartedAt
 		if v.Detected == RolePrimary {
 			v.CurrentLSN = probed.CurrentLSN
 		} else {

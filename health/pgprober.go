@@ -169,6 +169,41 @@ func (p *PGProber) Position(ctx context.Context, addr string) (lsn uint64, timel
 	return lsn, timeline, err
 }
 
+// replaySQL reads a standby's replay position in bytes, its timeline
+// (as the probe does) and start time; it answers nothing useful off a
+// standby (pg_is_in_recovery() false).
+const replaySQL = `select pg_is_in_recovery(), pg_last_wal_replay_lsn() - '0/0',
+  coalesce(nullif((select received_tli from pg_stat_wal_receiver), 0),
+           (select timeline_id from pg_control_checkpoint())),
+  (extract(epoch from pg_postmaster_start_time()) * 1000000)::bigint`
+
+// ReplayPosition reads the replay position of the standby at addr, its
+// timeline and start time (replaySQL); an error when addr is not in
+// recovery. Like Probe it keeps its connection between calls.
+func (p *PGProber) ReplayPosition(ctx context.Context, addr string) (lsn uint64, timeline uint32, started time.Time, err error) {
+	err = p.run(ctx, addr, func(conn *pool.Conn) error {
+		rows, err := conn.Query(ctx, replaySQL)
+		if err != nil {
+			return err
+		}
+		if len(rows) != 1 || len(rows[0]) != 4 {
+			return errors.New("replay position: unexpected result shape")
+		}
+		if string(rows[0][0]) != "t" {
+			return errors.New("replay position: the server is not in recovery")
+		}
+		raw, err1 := strconv.ParseUint(string(rows[0][1]), 10, 64)
+		tli, err2 := strconv.ParseUint(string(rows[0][2]), 10, 32)
+		us, err3 := strconv.ParseInt(string(rows[0][3]), 10, 64)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return fmt.Errorf("replay position: %w", err)
+		}
+		lsn, timeline, started = raw, uint32(tli), time.UnixMicro(us)
+		return nil
+	})
+	return lsn, timeline, started, err
+}
+
 // run calls fn with the open connection to addr, or a new one. If fn
 // fails on a reused connection (say the server restarted since) it is
 // retried once on a fresh connection, so one restart does not look like

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/pg-kinetic/pg-kinetic/config"
@@ -101,10 +102,16 @@ func (ss *session) boundSeenLocked(snap *health.Snapshot) (raised freshness.Toke
 // every replica but the one it read from while what it saw there is not
 // bounded (on any replica, when it read from several), and on that one if
 // it restarted since. Callers hold ss.mu.
-func (ss *session) restrictToSeenLocked(cands []candidate, snap *health.Snapshot) {
+// It reports whether it took away the last eligible replica (then a
+// bound from the primary may open the others: boundSeenByPrimary).
+func (ss *session) restrictToSeenLocked(cands []candidate, snap *health.Snapshot) (blocked bool) {
 	if len(ss.seen) == 0 {
-		return
+		return false
 	}
+	before := slices.ContainsFunc(cands, func(c candidate) bool { return c.eligible && c.weight > 0 })
+	defer func() {
+		blocked = before && !slices.ContainsFunc(cands, func(c candidate) bool { return c.eligible && c.weight > 0 })
+	}()
 	for i := range cands {
 		c := &cands[i]
 		if !c.eligible {
@@ -123,6 +130,7 @@ func (ss *session) restrictToSeenLocked(cands []candidate, snap *health.Snapshot
 			}
 		}
 	}
+	return
 }
 
 // boundSeenByPrimary bounds every unbounded read with the primary's
@@ -180,4 +188,94 @@ func (ss *session) hurrySeen(req freshness.Requirement) {
 			checker.Hurry(c.addr)
 		}
 	}
+}
+
+// replayWait bounds how long a read that would fall back waits for the
+// replicas' current replay positions (refreshReplicas): a loopback round
+// trip or two; past it the read falls back as it would have.
+const replayWait = 20 * time.Millisecond
+
+// refreshReplicas reads the current replay position of the replicas req
+// found behind and of those the session read from without a bound yet
+// (the route's replay readers, batched with other sessions' requests),
+// and records them (Server.observe), so the read is decided again on
+// them rather than on the last probe. A position read after the
+// session's read on a replica that did not restart bounds what it saw
+// there: raised is the highest such bound applied to the floor. changed
+// reports whether the decision may now differ.
+func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.Token, changed bool) {
+	if ss.srv == nil {
+		return freshness.Token{}, false
+	}
+	r := ss.srv.routing.Load()
+	if r == nil {
+		return freshness.Token{}, false
+	}
+	type answer struct {
+		addr string
+		tok  freshness.Token
+		err  error
+	}
+	ask := map[string]bool{}
+	ss.mu.Lock()
+	for _, s := range ss.seen {
+		ask[s.addr] = true
+	}
+	ss.mu.Unlock()
+	for _, c := range ss.srv.candidates(ss.route, req) {
+		if !c.eligible && c.reason == reasonReadYourWrites {
+			ask[c.addr] = true
+		}
+	}
+	asked := time.Now()
+	ch := make(chan answer, len(ask))
+	n := 0
+	for addr := range ask {
+		rd := r.replays[addr]
+		if rd == nil {
+			continue
+		}
+		rd.Request(func(tok freshness.Token, err error) { ch <- answer{addr, tok, err} })
+		n++
+	}
+	timer := time.NewTimer(replayWait)
+	defer timer.Stop()
+	snap := ss.snapshot()
+	for ; n > 0; n-- {
+		var a answer
+		select {
+		case a = <-ch:
+		case <-timer.C:
+			return raised, changed
+		}
+		if a.err != nil {
+			continue
+		}
+		ss.srv.observe(a.addr, a.tok)
+		if !req.Floor.IsZero() && a.tok.Timeline == req.Floor.Timeline && a.tok.LSN >= req.Floor.LSN {
+			changed = true
+		}
+		var started time.Time
+		if snap != nil {
+			if v, ok := snap.Get(a.addr); ok {
+				started = v.StartedAt
+			}
+		}
+		ss.mu.Lock()
+		kept := ss.seen[:0]
+		for _, s := range ss.seen {
+			if s.addr == a.addr && s.at.Before(asked) && !s.started.IsZero() && s.started.Equal(started) {
+				ss.raiseFloorLocked(a.tok)
+				if tokenLess(raised, a.tok) {
+					raised = a.tok
+				}
+				changed = true
+				continue
+			}
+			kept = append(kept, s)
+		}
+		ss.seen = kept
+		ss.mu.Unlock()
+	}
+	return raised, changed
 }

@@ -997,7 +997,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 	var d decision
 	var l *link
 	tried := map[string]bool{}
-	waited, boundTried := false, false
+	waited, boundTried, refreshed := false, false, false
 	for {
 		ss.mu.Lock()
 		for ss.pending > 0 && !ss.killed && ss.cur != nil && !ss.cur.dead {
@@ -1023,7 +1023,20 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		ss.mu.Unlock()
 
 		fellBack := d.target != targetReplica && isFallback(d.reason)
-		if fellBack && !boundTried && ss.needsFloor(u) && ss.hasSeen() {
+		if fellBack && !refreshed && d.reason == reasonReadYourWrites && ss.needsFloor(u) {
+			// The last probe saw the replicas behind, or only the one
+			// the session read from may serve it: they are likely past
+			// the floor by now. Ask them (one round trip) and decide
+			// again.
+			refreshed = true
+			if raised, changed := ss.refreshReplicas(req); changed {
+				if !raised.IsZero() {
+					req.Floor = mergeExternal(req.Floor, raised, req.PrimaryTimeline)
+				}
+				continue
+			}
+		}
+		if fellBack && !boundTried && ss.needsFloor(u) && ss.seenBlockedNow() {
 			// Only the replica it read from may serve it, and that one
 			// cannot: bound what it saw with the primary's position.
 			boundTried = true
@@ -1340,8 +1353,9 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 			cands[i].eligible, cands[i].reason = false, reasonReplicaUnavailable
 		}
 	}
+	ss.seenBlocked = false
 	if floor {
-		ss.restrictToSeenLocked(cands, snap)
+		ss.seenBlocked = ss.restrictToSeenLocked(cands, snap)
 		s.affine = ss.affine
 	}
 	if ss.deferred != "" && !u.txStart {

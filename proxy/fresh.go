@@ -223,11 +223,12 @@ func (ss *session) seenAfterLocked(l *link, batch uint64) {
 	l.due = append(l.due, positionDue{batch: batch, kind: captureReplay})
 }
 
-// hasSeen reports whether some replica read of the session is unbounded.
-func (ss *session) hasSeen() bool {
+// seenBlockedNow reports whether the last decision found a replica
+// eligible but for the session's unbounded reads elsewhere.
+func (ss *session) seenBlockedNow() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return len(ss.seen) > 0
+	return ss.seenBlocked && len(ss.seen) > 0
 }
 
 // positionsDueLocked requests the positions due at l's ReadyForQuery

@@ -29,6 +29,10 @@ type routing struct {
 	// routed route, on a connection of their own (freshness.Reader):
 	// nothing is injected into the sessions' server connections.
 	readers     map[string]*freshness.Reader
+	// replays read a replica's current replay position the same way, on
+	// demand, for a read that would fall back because the last probe saw
+	// the replica behind (by replica address).
+	replays     map[string]*freshness.Reader
 	stopReaders context.CancelFunc
 }
 
@@ -36,7 +40,7 @@ type routing struct {
 // reachable (health.Options.Unreachable).
 func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string)) *routing {
 	r := &routing{classifiers: map[string]*classify.Classifier{}, checkers: map[string]*health.Checker{},
-		readers: map[string]*freshness.Reader{}}
+		readers: map[string]*freshness.Reader{}, replays: map[string]*freshness.Reader{}}
 	readersCtx, stop := context.WithCancel(context.Background())
 	r.stopReaders = stop
 	for i := range cfg.Routes {
@@ -75,6 +79,25 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string)) *
 			lsn, tli, err := positions.Position(ctx, primary)
 			return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, err
 		})
+		checker := r.checkers[rt.Name]
+		for _, rep := range rt.Replicas {
+			addr := rep.Address
+			r.replays[addr] = freshness.NewReader(readersCtx, func(ctx context.Context) (freshness.Token, error) {
+				ctx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
+				lsn, tli, started, err := positions.ReplayPosition(ctx, addr)
+				if err != nil {
+					return freshness.Token{}, err
+				}
+				// A standby restarted since its last probe may have come
+				// back behind what the probes and reads saw: its position
+				// counts once a probe has seen it up again.
+				if v, ok := checker.Snapshot().Get(addr); !ok || !v.StartedAt.Equal(started) {
+					return freshness.Token{}, errors.New("replica restarted since its last probe")
+				}
+				return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, nil
+			})
+		}
 	}
 	return r
 }
@@ -448,6 +471,7 @@ func replicaDialTimeout(rt *config.Route, ceiling time.Duration) time.Duration {
 // elsewhere) or for the answer to a WAL position query behind a unit
 // already answered (the session's next read would wait for it).
 func (s *Server) abandonReads(addr string) {
+	s.observed.Delete(addr) // it may come back behind what was observed
 	for _, ss := range s.sessionList() {
 		ss.abandonWaits(addr)
 	}

@@ -118,8 +118,9 @@ type session struct {
 	// seen: replicas the session read from, what it saw there not yet
 	// bounded; affine: the replica its last read-your-writes read used
 	// (affinity.go). Under mu.
-	seen   []seenRead
-	affine string
+	seen        []seenRead
+	affine      string
+	seenBlocked bool // the last decision: only unbounded reads kept it off a replica
 	// inferred: parameter types servers described for the client's
 	// statements, by Parse body (under mu; stand-ins use them).
 	inferred map[string][]uint32
