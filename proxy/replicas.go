@@ -28,7 +28,7 @@ type routing struct {
 	// readers read the primary's WAL position for every session of a
 	// routed route, on a connection of their own (freshness.Reader):
 	// nothing is injected into the sessions' server connections.
-	readers     map[string]*freshness.Reader
+	readers map[string]*freshness.Reader
 	// replays read a replica's current replay position the same way, on
 	// demand, for a read that would fall back because the last probe saw
 	// the replica behind (by replica address).
