@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"errors"
 	"io"
 	"sync"
 	"testing"
@@ -10,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/pg-kinetic/pg-kinetic/freshness"
 	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
@@ -70,64 +70,21 @@ func TestCaptureAccounting(t *testing.T) {
 		}
 	})
 
-	t.Run("the link fails after the query was queued", func(t *testing.T) {
+	t.Run("a replica read is noted as seen, nothing counted", func(t *testing.T) {
 		ss, l := newSession(), newReplicaLink()
-		if err := ss.injectCapture(l, captureReplay); err != nil {
-			t.Fatal(err)
-		}
-		if n := captures(ss); n != 1 {
-			t.Fatalf("captures = %d after queueing one, want 1", n)
-		}
-		ss.linkFailed(l, io.EOF, false)
-		if n := captures(ss); n != 0 {
-			t.Fatalf("captures = %d after the link failed, want 0", n)
-		}
-		if !ss.owesCapture() {
-			t.Fatal("a lost replay-position query left no captureDebt: the floor may lag what the read saw")
-		}
-	})
-
-	t.Run("a lost strict-fresh position leaves no debt", func(t *testing.T) {
-		ss, l := newSession(), newReplicaLink()
-		if err := ss.injectCapture(l, capturePosition); err != nil {
-			t.Fatal(err)
-		}
-		ss.linkFailed(l, io.EOF, false)
-		if ss.owesCapture() {
-			t.Fatal("captureDebt after losing a strict-fresh position (that read goes to the primary by itself)")
-		}
-	})
-
-	t.Run("the link failed before the query was queued", func(t *testing.T) {
-		ss, l := newSession(), newReplicaLink()
-		ss.linkFailed(l, io.EOF, false) // the reader saw EOF between claim and queueing
-		if err := ss.injectCapture(l, captureReplay); !errors.Is(err, errServerGone) {
-			t.Fatalf("injectCapture on a dead link = %v, want errServerGone", err)
-		}
-		if n := captures(ss); n != 0 {
-			t.Fatalf("captures = %d after queueing on a dead link, want 0", n)
-		}
-	})
-
-	t.Run("stale and abandoned entries", func(t *testing.T) {
-		ss, l := newSession(), newReplicaLink()
-		for range 3 {
-			if err := ss.injectCapture(l, captureReplay); err != nil {
-				t.Fatal(err)
-			}
-		}
-		l.swallow = append(l.swallow, expect{kind: 'C', batch: l.batches}) // not a capture
 		ss.mu.Lock()
-		ss.forgetSwallowLocked(l, 2)
+		ss.pending = 1
+		ss.seenAfterLocked(l, 1)
 		ss.mu.Unlock()
-		if n, left := captures(ss), len(l.swallow); n != 1 || left != 2 {
-			t.Fatalf("after forgetting 2 of 4: captures = %d, entries left = %d; want 1 and 2", n, left)
+		if n := captures(ss); n != 0 {
+			t.Fatalf("captures = %d after a replica read, want 0 (nothing is read after it)", n)
 		}
+		ss.readyForQuery(l, 'I')
 		ss.mu.Lock()
-		ss.forgetSwallowLocked(l, len(l.swallow))
+		seen := len(ss.seen)
 		ss.mu.Unlock()
-		if n := captures(ss); n != 0 || l.swallow != nil {
-			t.Fatalf("after forgetting all: captures = %d, swallow = %v; want 0 and nil", n, l.swallow)
+		if seen != 1 {
+			t.Fatalf("%d unbounded replica reads after its ReadyForQuery, want 1", seen)
 		}
 	})
 
@@ -141,14 +98,16 @@ func TestCaptureAccounting(t *testing.T) {
 		}
 	})
 
-	t.Run("an answered query ends the wait", func(t *testing.T) {
-		ss, l := newSession(), newReplicaLink()
-		if err := ss.injectCapture(l, captureReplay); err != nil {
-			t.Fatal(err)
-		}
-		go ss.captured(l, captureReplay, 'I') // no row: counted down, token unchanged
+	t.Run("an answered position ends the wait", func(t *testing.T) {
+		ss := newSession()
+		ss.captures = 1
+		// (A read's position: a write's would also tell the client.)
+		go ss.applyPosition(captureRead, freshness.Token{Timeline: 1, LSN: 42}, true, "", false)
 		if !ss.waitCaptures() {
-			t.Fatal("waitCaptures = false after the query was answered")
+			t.Fatal("waitCaptures = false after the position arrived")
+		}
+		if ss.floor.LSN != 42 || ss.owesCapture() {
+			t.Fatalf("floor %v, debt %v; want 0/2A and none", ss.floor, ss.owesCapture())
 		}
 	})
 }

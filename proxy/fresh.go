@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -13,25 +12,13 @@ import (
 	"github.com/pg-kinetic/pg-kinetic/health"
 )
 
-// Kinds of WAL position capture (expect.capture).
+// Kinds of WAL position a session reads (positionDue, applyPosition).
 const (
 	captureWrite    = 'W' // after a unit on the primary that may have written: token and floor
 	captureRead     = 'R' // after a read on the primary: floor only
-	captureReplay   = 'r' // after a read on a replica: floor only (its replay position)
+	captureReplay   = 'r' // after a read on a replica: noted as seen (affinity.go), nothing is read (its replay position)
 	capturePosition = 'P' // strict-fresh: the primary's position as a statement begins
 )
-
-// positionQuery reads the primary's WAL insert position (at or after the
-// end of every commit so far, also with synchronous_commit = off), its
-// timeline, and the WAL page size to normalise the position with.
-const positionQuery = "SELECT pg_catalog.pg_current_wal_insert_lsn(), " +
-	"('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::int, " +
-	"pg_catalog.current_setting('wal_block_size')::int"
-
-// replayQuery reads a standby's replay position after a read there: the
-// read saw at most that much, and the session must never see less again.
-const replayQuery = "SELECT pg_catalog.pg_last_wal_replay_lsn(), " +
-	"coalesce((SELECT received_tli FROM pg_catalog.pg_stat_wal_receiver), 0), 0"
 
 // freshnessOn reports whether the session's route routes reads, so WAL
 // positions matter. With routing off no position is ever read.
@@ -47,87 +34,6 @@ func (ss *session) routingMode() string {
 		return config.RoutingOff
 	}
 	return ss.route.ReadRouting.ReadRoutingMode
-}
-
-// injectCapture queues a WAL position query on l after the client's unit,
-// in the same write (the caller flushes both at once): the client's answer
-// is not delayed by it.
-func (ss *session) injectCapture(l *link, kind byte) error {
-	q := positionQuery
-	if kind == captureReplay {
-		q = replayQuery
-	}
-	// In the extended protocol, under names no client uses, so the
-	// client's unnamed statement and portal survive it (a simple Query
-	// would destroy the statement, and re-preparing it fails in a failed
-	// transaction). The Closes first: one left by a failed batch is gone.
-	const name = "pg_kinetic position"
-	var buf []byte
-	var err error
-	for _, m := range []pgproto3.FrontendMessage{
-		&pgproto3.Close{ObjectType: 'P', Name: name},
-		&pgproto3.Close{ObjectType: 'S', Name: name},
-		&pgproto3.Parse{Name: name, Query: q},
-		&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name},
-		&pgproto3.Execute{Portal: name},
-		&pgproto3.Close{ObjectType: 'P', Name: name},
-		&pgproto3.Close{ObjectType: 'S', Name: name},
-		&pgproto3.Sync{},
-	} {
-		if buf, err = m.Encode(buf); err != nil {
-			return err
-		}
-	}
-	ss.mu.Lock()
-	if l.dead {
-		// Its reader has ended (linkFailed): nothing would ever answer,
-		// or uncount, this query.
-		ss.mu.Unlock()
-		return errServerGone
-	}
-	l.swallow = append(l.swallow, expect{kind: 'Z', batch: l.batches, capture: kind})
-	l.batches++
-	l.sent = 0
-	l.executed = false
-	ss.captures++
-	if l.parked {
-		ss.cond.Broadcast()
-	}
-	ss.mu.Unlock()
-	_, err = l.conn.W.Write(buf)
-	return err // the caller flushes, with the unit it follows
-}
-
-// captured is called by l's reader with the ReadyForQuery ending a
-// position query. A position read inside a transaction ('T', 'E') is not
-// after any commit and is ignored.
-func (ss *session) captured(l *link, kind, status byte) {
-	var tok freshness.Token
-	ok := false
-	if status == 'I' && l.captured != nil {
-		var row pgproto3.DataRow
-		if row.Decode(l.captured) == nil && len(row.Values) == 3 {
-			lsn, err1 := freshness.ParseLSN(string(row.Values[0]))
-			tli, err2 := strconv.ParseUint(string(row.Values[1]), 10, 32)
-			blk, err3 := strconv.ParseUint(string(row.Values[2]), 10, 32)
-			if err1 == nil && err2 == nil && err3 == nil {
-				tok = freshness.Token{Timeline: uint32(tli), LSN: freshness.LSN(health.NormalizeInsertLSN(uint64(lsn), blk))}
-				ok = true
-			}
-		}
-	}
-	l.captured = nil
-	if ok && kind == captureReplay && tok.Timeline == 0 {
-		// pg_stat_wal_receiver hides received_tli from users without
-		// pg_read_all_stats: the replica's probed timeline stands in.
-		if r := ss.srv.routing.Load(); r != nil && r.checkers[ss.route.Name] != nil {
-			if v, have := r.checkers[ss.route.Name].Snapshot().Get(l.addr); have {
-				tok.Timeline = v.Timeline
-			}
-		}
-		ok = tok.Timeline != 0
-	}
-	ss.applyPosition(kind, tok, ok, l.addr, false)
 }
 
 // applyPosition uncounts a position read for kind and, when ok, applies
@@ -151,8 +57,6 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr s
 		case captureReplay:
 			ss.raiseFloorLocked(tok)
 			ss.srv.observe(addr, tok)
-		case capturePosition:
-			ss.position = tok
 		}
 		if clearsDebt {
 			ss.captureDebt = false

@@ -90,8 +90,7 @@ type link struct {
 	// resets are the batches with a RESET or DISCARD ALL (resetNote).
 	resets []resetNote
 
-	captured []byte // the DataRow of a WAL position query in progress (reader-owned)
-	held     []byte // messages held back for a retryable read (reader-owned)
+	held []byte // messages held back for a retryable read (reader-owned)
 
 	// awaitingFirst is set while a retryable read waits for the first
 	// byte of its answer (see session.awaiting); atomic so the reader
@@ -154,10 +153,6 @@ type expect struct {
 	kind  byte
 	skip  int
 	batch uint64 // the batch (rfqs count) it belongs to
-	// capture, for a 'Z' expectation, names a WAL position query whose
-	// row the proxy keeps (fresh.go): captureWrite, captureRead or
-	// capturePosition.
-	capture byte
 	// keepParams: the ParameterStatus messages before the ReadyForQuery
 	// are the client's (its SETs, committed by the proxy's Sync): they
 	// reach the client before its own next ReadyForQuery, where the
@@ -265,10 +260,8 @@ func (ss *session) detach(l *link, clientAtBoundary bool) {
 }
 
 // forgetSwallowLocked drops the first n expected injected answers of l
-// that will never be read, uncounting the WAL position queries among them:
-// a counted capture that is neither answered nor uncounted would make the
-// session's next read wait for it for ever (waitCaptures). A lost position
-// query also leaves the session a captureDebt. Callers hold ss.mu.
+// that will never be read, taking back the records of the statements
+// among them. Callers hold ss.mu.
 func (ss *session) forgetSwallowLocked(l *link, n int) {
 	if n == 0 {
 		return
@@ -279,16 +272,6 @@ func (ss *session) forgetSwallowLocked(l *link, n int) {
 		}
 		if e.undo != nil {
 			l.undo = append(l.undo, *e.undo) // never ran, or failed
-		}
-		if e.capture != 0 {
-			ss.captures--
-		}
-		if e.capture != 0 && e.capture != capturePosition {
-			// What the unit before it wrote or saw is now unknown: the
-			// primary's position, read before the next unit, covers it.
-			// (A strict-fresh read whose position is lost goes to the
-			// primary by itself.)
-			ss.captureDebt = true
 		}
 	}
 	l.swallow = l.swallow[n:]
@@ -354,10 +337,8 @@ func (ss *session) serverToClient(l *link) error {
 				}
 				ss.forgetSwallowLocked(l, n)
 			case e.kind == 'b':
-			case e.kind == 'Z' && (h.Type == 'A' || e.capture != 0 && (h.Type == 'N' || h.Type == 'S')):
-				// Asynchronous: a notification, or a notice or parameter
-				// change arriving during a WAL position query (which has
-				// none of its own). The client gets it.
+			case e.kind == 'Z' && h.Type == 'A':
+				// Asynchronous: a notification. The client gets it.
 			case e.kind == 'Z':
 				drop, head = true, e
 				endInjected = h.Type == 'Z'
@@ -413,7 +394,7 @@ func (ss *session) serverToClient(l *link) error {
 		ss.mu.Unlock()
 
 		if drop {
-			if h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' || h.Type == 'D' && head.capture != 0 {
+			if h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' {
 				if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
 					ss.linkFailed(l, err, false)
 					return errServerGone
@@ -451,20 +432,13 @@ func (ss *session) serverToClient(l *link) error {
 					}
 					// Dropped: the client was not told, so a failure that
 					// follows is reported to it by the proxy.
-					if head.capture == 0 && head.kind != 0 {
+					if head.kind != 0 {
 						ss.log.Warn("a statement the proxy injected failed", zap.String("server", l.addr), zap.String("error", errorText(body)))
 					}
 					if head.undo != nil {
 						ss.mu.Lock()
 						l.undo = append(l.undo, *head.undo)
 						ss.mu.Unlock()
-					}
-					l.captured = nil
-				case 'D':
-					l.captured = append(l.captured[:0], body...)
-				case 'Z':
-					if head.capture != 0 && len(body) == 1 {
-						ss.captured(l, head.capture, body[0])
 					}
 				}
 			} else if err := wire.Discard(srv.R, h.Len); err != nil {

@@ -437,9 +437,9 @@ func pgTextArray(names []string) string {
 	return string(append(b, '}'))
 }
 
-// observe records a replay position read on replica addr (after a read
-// there): the server-wide freshest knowledge of how far it has replayed,
-// which a probe only confirms later. Kept per timeline; a position on a
+// observe records a replay position read on replica addr on demand
+// (refreshReplicas): the server-wide freshest knowledge of how far it has
+// replayed, which a probe only confirms later. Kept per timeline; a position on a
 // new timeline replaces the old one.
 func (s *Server) observe(addr string, t freshness.Token) {
 	for {
@@ -479,8 +479,8 @@ func (s *Server) abandonReads(addr string) {
 
 // abandonWaits closes the session's connection to replica addr when the
 // session waits on it without serving the client from it: a retryable
-// read waiting for its first byte, or injected queries (a WAL position
-// query) still unanswered on an otherwise idle link. The reader then fails
+// read waiting for its first byte, or injected messages (a re-prepare)
+// still unanswered on an otherwise idle link. The reader then fails
 // (linkFailed uncounts the queries) and a waiting read runs elsewhere. A
 // transaction or a unit already answering on addr is left alone.
 func (ss *session) abandonWaits(addr string) {

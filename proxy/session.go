@@ -159,7 +159,6 @@ type session struct {
 	token    freshness.Token // write token: at or after the session's last commit
 	floor    freshness.Token // monotonic-read floor: token or what the last read saw
 	minLSN   freshness.Token // SET pg_kinetic.min_lsn
-	position freshness.Token // the primary's position captured for a strict-fresh read
 	captures int             // WAL position queries in flight
 	// captureDebt: the session owes itself a read of the primary's WAL
 	// position before its next unit: after COPY FROM STDIN (nothing else
