@@ -160,8 +160,8 @@
 // Open classes. 10,000 sequences per mode, mismatching sequences
 // (session / session-routing / transaction / transaction-routing): base
 // seed 424242 at 3c6beaa (start of the day's third session) 1 / 11 / 7 /
-// 11, at that session's end 0 / 4 / 4 / 7; base seed 434343 0 / 15 / 4 /
-// 15 midway, 0 / 9 / 1 / 9 before its last two fixes. What is left, by
+// 11, at f92abf7 (after the issue-12 changes too) 0 / 3 / 1 / 4; base seed
+// 434343 0 / 15 / 4 / 15 midway, 0 / 9 / 1 / 9 later. What is left, by
 // class (each has a smallest sequence in the run's output):
 //   - a unit routed at a Flush to a replica that then moves to the
 //     primary (a Bind of a write follows): a portal the replica's part
@@ -170,9 +170,10 @@
 //     the transaction later fails). Inherent to moving a unit between
 //     servers (docs/behaviour.md, "A write after a Flush-ended read");
 //   - a Describe, inside a failed transaction, of a statement prepared on
-//     another server connection whose parameter types the server infers:
-//     PostgreSQL answers ParameterDescription, the proxy (whose stand-in
-//     knows only declared types) 25P02 (docs/behaviour.md);
+//     another server connection whose parameter types the server infers
+//     and no earlier Describe told, or in pipelined batches sent before
+//     the failure was known: PostgreSQL answers ParameterDescription, the
+//     proxy's re-Parse 25P02 (docs/behaviour.md);
 //   - rarely, in transaction pooling, a statement missing on a pooled
 //     connection (26000 where PostgreSQL binds it) or a Parse refused as
 //     a duplicate (42P05), never when the sequence is replayed alone or

@@ -85,3 +85,55 @@ func TestNoStickyTrapUnderOtherWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestChaosPositionReaderCut: the route's WAL position reader loses its
+// connection again and again (its backend terminated on the primary) while
+// a session writes and reads its own rows back. No read misses its own
+// write, nothing fails or hangs, and reads still reach the replicas.
+func TestChaosPositionReaderCut(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 120*time.Second)
+	tbl := uniqueIdent("cut")
+	direct := cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB)
+	if _, err := connect(t, ctx, direct).Exec(ctx, "create table "+tbl+" (k int primary key)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := connect(t, ctx, px.AppDSN())
+	reps := cl.StandbyPorts()
+	onReplica, cuts := 0, 0
+	for i := 0; i < 60; i++ {
+		if i%4 == 0 {
+			n, err := cl.Primary.QueryString(ctx, "select count(pg_terminate_backend(pid)) from pg_stat_activity where application_name = 'pg-kinetic position'")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != "0" {
+				cuts++
+			}
+		}
+		if _, err := c.Exec(ctx, "insert into "+tbl+" values ($1)", i); err != nil {
+			t.Fatalf("insert %d: %v", i, err)
+		}
+		var port, got int
+		if err := c.QueryRow(ctx, "select inet_server_port(), count(*) from "+tbl+" where k = $1", i).Scan(&port, &got); err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if got != 1 {
+			t.Fatalf("read %d on %d did not see the session's own write", i, port)
+		}
+		if reps[port] {
+			onReplica++
+		}
+	}
+	t.Logf("%d reader connections cut; %d of 60 reads of the session's own rows on the replica", cuts, onReplica)
+	if cuts == 0 {
+		t.Fatal("no position reader connection was ever seen on the primary")
+	}
+	if onReplica == 0 {
+		t.Fatal("no read reached the replica")
+	}
+}
