@@ -140,6 +140,10 @@ type Snapshot struct {
 	changed  chan struct{}  // closed when a newer snapshot replaces this one
 }
 
+// NewSnapshot returns a Snapshot of the given verdicts, as a Checker
+// would publish them: for fakes and tests of code that reads snapshots.
+func NewSnapshot(verdicts ...Verdict) *Snapshot { return newSnapshot(verdicts) }
+
 func newSnapshot(verdicts []Verdict) *Snapshot {
 	s := &Snapshot{
 		verdicts: verdicts,

@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/pg-kinetic/pg-kinetic/freshness"
+	"github.com/pg-kinetic/pg-kinetic/health"
+)
+
+// The rules of proxy/affinity.go on fixed snapshots: a read on replica A
+// keeps read-your-writes reads on A until a probe begun after it bounds
+// what it saw; a restart of A (another start time) takes A away too; a
+// bounding probe raises the floor to its replay position and lifts the
+// restriction.
+func TestSeenReadsBoundAndRestrict(t *testing.T) {
+	const a, b = "a:5432", "b:5432"
+	started := time.Unix(1764547200, 0)
+	newSession := func() *session {
+		ss := &session{tx: 'I', log: zap.NewNop()}
+		ss.cond = sync.NewCond(&ss.mu)
+		return ss
+	}
+	standby := func(addr string, probed time.Time, replay uint64, start time.Time) health.Verdict {
+		v := health.Verdict{ProbedAt: probed, Reachable: true, Detected: health.RoleStandby, Timeline: 1,
+			ReplayLSN: replay, StartedAt: start}
+		v.Addr = addr
+		return v
+	}
+	readAt := time.Now()
+	cands := func() []candidate {
+		return []candidate{{addr: a, weight: 1, eligible: true}, {addr: b, weight: 1, eligible: true}}
+	}
+
+	ss := newSession()
+	ss.seen = []seenRead{{addr: a, at: readAt, started: started}}
+	before := health.NewSnapshot(standby(a, readAt.Add(-time.Millisecond), 500, started), standby(b, readAt, 900, started))
+	if raised := ss.boundSeenLocked(before); !raised.IsZero() || len(ss.seen) != 1 {
+		t.Fatalf("a probe begun before the read bounded it: raised %v, seen %v", raised, ss.seen)
+	}
+	c := cands()
+	if blocked := ss.restrictToSeenLocked(c, before); blocked || !c[0].eligible || c[1].eligible || c[1].reason != reasonReadYourWrites {
+		t.Fatalf("unbounded read on A: candidates %+v (blocked %v); want A alone", c, blocked)
+	}
+
+	restarted := health.NewSnapshot(standby(a, readAt.Add(time.Millisecond), 100, started.Add(time.Minute)), standby(b, readAt, 900, started))
+	if raised := ss.boundSeenLocked(restarted); !raised.IsZero() {
+		t.Fatalf("a probe of A after its restart bounded the read: %v", raised)
+	}
+	c = cands()
+	if blocked := ss.restrictToSeenLocked(c, restarted); c[0].eligible || c[1].eligible || !blocked {
+		t.Fatalf("A restarted: candidates %+v (blocked %v); want neither, blocked", c, blocked)
+	}
+
+	after := health.NewSnapshot(standby(a, readAt.Add(time.Millisecond), 700, started), standby(b, readAt, 900, started))
+	raised := ss.boundSeenLocked(after)
+	if raised != (freshness.Token{Timeline: 1, LSN: 700}) || len(ss.seen) != 0 || ss.floor.LSN != 700 {
+		t.Fatalf("a probe begun after the read: raised %v, seen %v, floor %v; want 1/700, none, 700", raised, ss.seen, ss.floor)
+	}
+	c = cands()
+	if ss.restrictToSeenLocked(c, after); !c[0].eligible || !c[1].eligible {
+		t.Fatalf("bounded: candidates %+v; want both", c)
+	}
+}
+
+// decide keeps a read-your-writes read on the affine replica while it is
+// eligible, whatever the weights, and balances otherwise.
+func TestDecideAffine(t *testing.T) {
+	s := sessionInfo{mode: "prefer_replica", fallback: "primary", affine: "a:5432"}
+	u := unitInfo{read: true}
+	cands := []candidate{{addr: "a:5432", weight: 1, eligible: true}, {addr: "b:5432", weight: 100, eligible: true}}
+	for _, rnd := range []float64{0, 0.5, 0.99} {
+		if d := decide(s, u, cands, rnd); d.addr != "a:5432" {
+			t.Fatalf("rnd %v: %+v, want the affine replica", rnd, d)
+		}
+	}
+	cands[0].eligible = false
+	if d := decide(s, u, cands, 0.5); d.addr != "b:5432" {
+		t.Fatalf("affine replica not eligible: %+v, want b", d)
+	}
+}
