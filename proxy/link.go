@@ -1023,6 +1023,11 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 	}
 	ss.cond.Broadcast()
 	ss.mu.Unlock()
+	if l.replica && ss.srv != nil {
+		// The replica may be restarting, and may come back behind the
+		// replay positions read there on demand.
+		ss.srv.observed.Delete(l.addr)
+	}
 	if l.replica && !serving {
 		ss.log.Info("idle replica connection lost", zap.String("server", l.addr), zap.Error(err))
 		return
