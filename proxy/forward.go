@@ -1395,7 +1395,7 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 	// With routing off every unit goes to the primary, so nothing needs
 	// classifying, except in transaction pooling: the session's SETs,
 	// statements and pinning effects must still be known there.
-	routingOff := ss.routingMode() == config.RoutingOff && !ss.txPool
+	routingOff := !ss.settingsTracked()
 	effectsOnly := ss.routingMode() == config.RoutingOff && ss.txPool
 	use := func(query string) {
 		var c *classified
@@ -1738,10 +1738,10 @@ func (ss *session) unitEnded() {
 			}
 		}
 	}
-	if !ok && len(done) > 0 && ss.cur != nil && ss.pinned == "" {
+	if !ok && len(done) > 0 && ss.cur != nil && ss.pinned == "" && ss.settingsTracked() {
 		// (A pinned session keeps its server, whose state is the
 		// session's own, set_config calls included: a replay would
-		// undo those.)
+		// undo those. So does a session whose SETs are not tracked.)
 		// The session drops the unit's SETs, but which of them the
 		// server kept is not known (a SAVEPOINT rolled back to after an
 		// error keeps those before it): its settings are replayed before
@@ -1751,6 +1751,14 @@ func (ss *session) unitEnded() {
 	ss.effects = append(ss.effects[:0], later...)
 	ss.unitErr = false
 	ss.restored = false
+}
+
+// settingsTracked reports whether the session's SETs are known: with
+// routing off in session pooling they are not classified (the session
+// keeps its server, which holds them), so its settings key lacks them and
+// must never be replayed over the server's own state.
+func (ss *session) settingsTracked() bool {
+	return ss.routingMode() != config.RoutingOff || ss.txPool
 }
 
 // settingsUnknown is a serverState.settings no session's key equals.
