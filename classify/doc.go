@@ -16,9 +16,10 @@
 // Decisions are pure functions of the text and the Options: no I/O, no
 // clock. They are cached at two levels, each a bounded, sharded LRU: by
 // exact text, where a hit neither parses nor allocates; and by shape
-// (shape.go), the text with its constants replaced by pg_query's
-// normaliser, so that a statement sent with different literals costs one
-// normalisation instead of a parse. Only decisions that cannot depend on a
+// (shape.go), the text with its constants replaced (by a scanner in Go,
+// scanshape.go, or pg_query's normaliser for what it declines), so that a
+// statement sent with different literals costs one scan instead of a
+// parse. Only decisions that cannot depend on a
 // constant's value are shared by shape (plain queries; never SET,
 // set_config, EXPLAIN options, COPY, PREPARE/EXECUTE…); hint comments are
 // part of the shape. Stats counts the answers of each level. A Classifier

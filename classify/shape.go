@@ -54,10 +54,17 @@ import (
 // modes, COPY, PREPARE/EXECUTE, DDL), is parsed in full as before.
 
 // shapeKey returns the key under which sql's decision may be shared with
-// every text of the same shape, or "" when sql takes no part.
+// every text of the same shape, or "" when sql takes no part. The Go-side
+// scanner (scanShape) answers most texts without leaving Go; a text it
+// declines, but Normalize accepts, gets Normalize's key. The two kinds of
+// key never meet: scanShape's placeholders are "$n" and "$s", Normalize's
+// "$" and digits, and no text with a '$' of its own gets a key.
 func shapeKey(sql string) string {
 	if strings.IndexByte(sql, '$') >= 0 || strings.IndexByte(sql, 0) >= 0 || !utf8.ValidString(sql) {
 		return ""
+	}
+	if key, ok := scanShape(sql, nil); ok {
+		return key
 	}
 	key, err := pg.Normalize(sql)
 	if err != nil || key == sql {

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 )
@@ -141,21 +142,126 @@ func TestShapeHintsExact(t *testing.T) {
 
 func TestShapeKey(t *testing.T) {
 	for _, tc := range []struct{ sql, key string }{
-		{"SELECT abalance FROM pgbench_accounts WHERE aid = 48213;", "SELECT abalance FROM pgbench_accounts WHERE aid = $1;"},
-		{"/* pg-kinetic: class=a */ SELECT 'x', -5 -- c\n", "/* pg-kinetic: class=a */ SELECT $1, $2 -- c\n"},
-		{"SELECT x::varchar(5) FROM t ORDER BY 1", ""}, // no constant to replace
+		{"SELECT abalance FROM pgbench_accounts WHERE aid = 48213;", "SELECT abalance FROM pgbench_accounts WHERE aid = $n;"},
+		{"/* pg-kinetic: class=a */ SELECT 'x', -5 -- c\n", "/* pg-kinetic: class=a */ SELECT $s, -$n -- c\n"},
+		{"SELECT x::varchar(5) FROM t ORDER BY 1", "SELECT x::varchar($n) FROM t ORDER BY $n"},
+		{"SELECT x::float(5), y::FLOAT (  24) FROM t WHERE a = 1", "SELECT x::float(5), y::FLOAT (  24) FROM t WHERE a = $n"},
+		{"SELECT 'it''s', \"a\"\"b\" FROM t WHERE c IN (1, 2.5)", "SELECT $s, \"a\"\"b\" FROM t WHERE c IN ($n, $n)"},
+		{"SELECT 1 /* 2 /* 3 */ 4 */ -- 5\n", "SELECT $n /* 2 /* 3 */ 4 */ -- 5\n"},
+		{"SELECT t1.c2 FROM t1", ""}, // digits in names only
+		// Declined by the Go scanner, keyed by Normalize.
+		{"SELECT E'\\n', 1", "SELECT $1, $2"},
+		{"SELECT 1e3", "SELECT $1"},
 		{"SELECT * FROM t", ""},
 		{"SELECT $1, 5", ""},
 		{"SELECT 'a$b'", ""},
 		{"SELECT 5\x00", ""},
 		{"SELECT '\xff'", ""},
-		{"SELECT FROM WHERE 5", ""}, // does not parse
+		{"SELECT FROM WHERE 5", "SELECT FROM WHERE $n"}, // never stored: it does not parse
 		{"", ""},
 	} {
 		if got := shapeKey(tc.sql); got != tc.key {
 			t.Errorf("shapeKey(%q) = %q, want %q", tc.sql, got, tc.key)
 		}
 	}
+}
+
+// TestScanShapeDeclines: texts the Go scanner leaves to Normalize.
+func TestScanShapeDeclines(t *testing.T) {
+	for _, sql := range []string{
+		"SELECT E'x', 1", "SELECT e'x', 1", "SELECT B'101', 1", "SELECT X'ff', 1", "SELECT N'x', 1",
+		"SELECT U&'d!0061t' UESCAPE '!', 1", "SELECT U&\"d!0061t\" UESCAPE '!' FROM t WHERE a = 1",
+		"SELECT 'a\\b', 1", "SELECT 1e5", "SELECT 1.5e5", "SELECT 1.2.3", "SELECT .5", "SELECT 1..2",
+		"SELECT 123abc", "SELECT 0x1F", "SELECT 1_000", "SELECT date'2020-01-01'",
+		"SELECT 'unterminated", "SELECT \"unterminated", "SELECT 1 /* unterminated /* */",
+		"SELECT 1, 'a'\n'b'", "SELECT 'a' -- c\n'b', 1",
+		"SELECT * FROM t", "SELECT t1.c2 FROM t1",
+	} {
+		if key, ok := scanShape(sql, nil); ok {
+			t.Errorf("scanShape(%q) = %q; want it declined", sql, key)
+		}
+	}
+}
+
+// TestScanShapeAgreesWithLexer is the property the Go scanner's keys rest
+// on: every span it replaces is exactly one constant token of the real
+// lexer (pg_query's Scan), for every corpus text, its variants with other
+// constants, and texts made to confuse a scanner.
+func TestScanShapeAgreesWithLexer(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	texts := []string{
+		"SELECT 1-1, 1 - -1, 2--3\n, 4/*5*/6, '7''8'\n'9', \"1\"\"2\"3, a1, _2, é3, x::float(4)",
+		"SELECT 1+-2, 3*/**/4, '--', '/*', \"--\", \"/*\" FROM t WHERE a <> 1 AND b !=2 OR c>=3",
+		"SELECT 1::int, 2.::numeric, 3.25, 00012, 99999999999999999999, 'a' 'b'",
+		"select-1,+2,(3),[4],{5},;6:7", "SELECT 1\f+\v2\r\n-3",
+	}
+	for _, e := range loadCorpus(t) {
+		texts = append(texts, e.sql)
+		spans := literalSpans(e.sql)
+		for range 4 {
+			texts = append(texts, substitute(e.sql, spans, r))
+		}
+	}
+	checked := 0
+	for _, sql := range texts {
+		if scanAgrees(t, sql) {
+			checked++
+		}
+	}
+	t.Logf("%d of %d texts keyed by the Go scanner", checked, len(texts))
+	if checked < 200 {
+		t.Errorf("only %d texts keyed by the Go scanner: the property is hardly exercised", checked)
+	}
+}
+
+// scanAgrees checks scanShape's spans of sql against the lexer's tokens;
+// it reports whether scanShape keyed sql.
+func scanAgrees(t testing.TB, sql string) bool {
+	t.Helper()
+	if strings.IndexByte(sql, '$') >= 0 || strings.IndexByte(sql, 0) >= 0 || !utf8.ValidString(sql) {
+		return false // shapeKey screens them out before scanShape
+	}
+	var spans [][2]int
+	if _, ok := scanShape(sql, &spans); !ok {
+		return false
+	}
+	res, err := pg.Scan(sql)
+	if err != nil {
+		// Harmless when the text does not parse either: its decision is
+		// never stored, and no text of its key parses (the lexer's errors
+		// do not depend on the values of the constants replaced).
+		if _, perr := pg.Parse(sql); perr == nil {
+			t.Fatalf("scanShape keyed %q, which the lexer rejects (%v) but the parser accepts", sql, err)
+		}
+		return true
+	}
+	tokens := map[[2]int]pg.Token{}
+	for _, tok := range res.GetTokens() {
+		tokens[[2]int{int(tok.GetStart()), int(tok.GetEnd())}] = tok.GetToken()
+	}
+	for _, sp := range spans {
+		switch tok, ok := tokens[sp]; {
+		case !ok:
+			t.Errorf("%q: scanShape replaced %q (%d:%d), not one token of the lexer", sql, sql[sp[0]:sp[1]], sp[0], sp[1])
+		case tok != pg.Token_ICONST && tok != pg.Token_FCONST && tok != pg.Token_SCONST:
+			t.Errorf("%q: scanShape replaced %q, a %s token", sql, sql[sp[0]:sp[1]], tok)
+		}
+	}
+	return true
+}
+
+// FuzzScanShape: the lexer agreement for any text.
+func FuzzScanShape(f *testing.F) {
+	for _, e := range loadCorpus(f) {
+		f.Add(e.sql)
+	}
+	f.Add("SELECT 1 /* /* */ */ 'a''b' \"c\"\"d\" -- e\n")
+	f.Fuzz(func(t *testing.T, sql string) {
+		if len(sql) > 4096 {
+			return
+		}
+		scanAgrees(t, sql)
+	})
 }
 
 // TestShapePromotesRepeats: a text answered by the shape level twice in a
@@ -311,19 +417,24 @@ func FuzzShape(f *testing.F) {
 // The second is answered by the shape level and must equal its own parse.
 func TestShapeSameKeyPairs(t *testing.T) {
 	for _, p := range [][2]string{
-		{"SELECT * FROM t LIMIT 5", "SELECT * FROM t LIMIT ALL"},
-		{"SELECT * FROM t WHERE a = 1", "SELECT * FROM t WHERE a = 'x'"},
-		{"SELECT * FROM t WHERE a = 1", "SELECT * FROM t WHERE a = NULL"},
-		{"SELECT * FROM t WHERE a = -5", "SELECT * FROM t WHERE a = 2147483648"},
-		{"SELECT x @ -5 FROM t", "SELECT x @ 5 FROM t"},
-		{"SELECT extract(year FROM d) FROM t", "SELECT extract('epoch' FROM d) FROM t"},
-		{"SELECT U&'d\\0061t' FROM t", "SELECT E'\\n' FROM t"},
-		{"SELECT 'a'\n'b' FROM t", "SELECT B'101' FROM t"},
+		{"SELECT * FROM t LIMIT 5", "SELECT * FROM t LIMIT 600"},
+		{"SELECT * FROM t WHERE a = 1", "SELECT * FROM t WHERE a = 2.5"},
+		{"SELECT * FROM t WHERE a = -5", "SELECT * FROM t WHERE a = -2147483648"},
+		{"SELECT x @ -5 FROM t", "SELECT x @ -0.5 FROM t"},
+		{"SELECT extract('year' FROM d) FROM t", "SELECT extract('epoch' FROM d) FROM t"},
+		{"SELECT 'a'\n'b' FROM t", "SELECT 'c'\n'it''s' FROM t"},
 		{"SELECT x + 1 FROM t GROUP BY x + 1", "SELECT x + 1 FROM t GROUP BY x + 2"},
-		{"SELECT nextval('a'), f('x') FROM t", "SELECT nextval('b'), f(2) FROM t"},
-		{"UPDATE t SET a = TRUE WHERE b = 'x' RETURNING f(1)", "UPDATE t SET a = 0 WHERE b = 1.5 RETURNING f('y')"},
-		{"/* pg-kinetic: class=c */ SELECT g(1)", "/* pg-kinetic: class=c */ SELECT g(NULL)"},
+		{"SELECT x::varchar(5) FROM t ORDER BY 1", "SELECT x::varchar(7) FROM t ORDER BY 2"},
+		{"SELECT x::float(5) FROM t WHERE a = 1", "SELECT x::float(5) FROM t WHERE a = 2"},
+		{"SELECT nextval('a'), f('x') FROM t", "SELECT nextval('b'), f('y') FROM t"},
+		{"UPDATE t SET a = 1 WHERE b = 'x' RETURNING f(1)", "UPDATE t SET a = 0 WHERE b = '' RETURNING f(2)"},
+		{"INSERT INTO t VALUES (1, 'a'), (2, 'b')", "INSERT INTO t VALUES (3, 'c'), (4, 'd')"},
+		{"/* pg-kinetic: class=c */ SELECT g(1)", "/* pg-kinetic: class=c */ SELECT g(2)"},
 		{"-- */\n/* pg-kinetic: primary */ SELECT '*/'", "-- */\n/* pg-kinetic: primary */ SELECT 'x'"},
+		// Normalize's keys, for texts the Go scanner declines.
+		{"SELECT * FROM t WHERE a = 1e3", "SELECT * FROM t WHERE a = NULL"},
+		{"SELECT U&'d\\0061t' FROM t", "SELECT E'\\n' FROM t"},
+		{"SELECT B'101', x FROM t", "SELECT X'ff', x FROM t"},
 	} {
 		if ka, kb := shapeKey(p[0]), shapeKey(p[1]); ka == "" || ka != kb {
 			t.Errorf("%q and %q: keys %q and %q; want one key", p[0], p[1], ka, kb)
