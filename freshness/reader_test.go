@@ -95,6 +95,60 @@ func TestReaderBatchesConcurrentRequests(t *testing.T) {
 	}
 }
 
+// TestReaderLaterRequests: requests in no hurry are served together, by
+// the next query a Request or Hurry starts, or by one of their own after
+// the delay; never by a query sent before them.
+func TestReaderLaterRequests(t *testing.T) {
+	f := &fakePrimary{release: make(chan struct{})}
+	close(f.release)
+	r := NewReader(context.Background(), f.read)
+	r.SetDelay(time.Hour)
+	got := make(chan Token, 10)
+	for range 5 {
+		r.RequestLater(func(tok Token, err error) { got <- tok })
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n := f.started.Load(); n != 0 {
+		t.Fatalf("%d queries for later requests before anyone hurried, want 0", n)
+	}
+	// A Request starts a query that serves them all.
+	r.Request(func(tok Token, err error) { got <- tok })
+	for range 6 {
+		if tok := <-got; tok.LSN != 1 {
+			t.Fatalf("served by query %d, want 1", tok.LSN)
+		}
+	}
+	// Hurry sends them at once.
+	r.RequestLater(func(tok Token, err error) { got <- tok })
+	r.RequestLater(func(tok Token, err error) { got <- tok })
+	r.Hurry()
+	for range 2 {
+		if tok := <-got; tok.LSN != 2 {
+			t.Fatalf("hurried requests served by query %d, want 2", tok.LSN)
+		}
+	}
+	r.Hurry() // nothing waits: no query
+	// The delay sends them without help, one query for all.
+	r2 := NewReader(context.Background(), f.read)
+	r2.SetDelay(30 * time.Millisecond)
+	before := f.started.Load()
+	start := time.Now()
+	for range 4 {
+		r2.RequestLater(func(tok Token, err error) { got <- tok })
+	}
+	for range 4 {
+		if tok := <-got; int64(tok.LSN) != before+1 {
+			t.Fatalf("delayed requests served by query %d, want %d", tok.LSN, before+1)
+		}
+	}
+	if waited := time.Since(start); waited < 30*time.Millisecond {
+		t.Fatalf("served after %v, before the delay", waited)
+	}
+	if n := f.started.Load(); n != before+1 {
+		t.Fatalf("%d queries for the delayed requests, want 1", n-before)
+	}
+}
+
 func TestReaderErrorsReachEveryWaiter(t *testing.T) {
 	boom := errors.New("connection lost")
 	r := NewReader(context.Background(), func(context.Context) (Token, error) { return Token{}, boom })

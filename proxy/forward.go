@@ -1363,8 +1363,11 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 		return decision{target: targetPrimary, reason: reasonWrite}
 	}
 	d := decide(s, u, cands, rand.Float64())
-	if floor && d.target == targetReplica {
-		ss.affine = d.addr
+	if d.target == targetReplica {
+		ss.usedReplica = true
+		if floor {
+			ss.affine = d.addr
+		}
 	}
 	return d
 }

@@ -160,6 +160,14 @@ func (ss *session) positionsDueLocked(l *link, status byte) {
 // requestPositionLocked asks the route's reader for a position read after
 // now. Callers hold ss.mu (Request never blocks, its answer comes on
 // another goroutine).
+//
+// A session that has not read from a replica yet asks in no hurry
+// (RequestLater): nothing of its own waits for the position, so it is
+// read together with other sessions' within the reader's delay (10 ms),
+// and a write-only workload costs the primary at most about a hundred
+// position queries a second instead of one per transaction. Whatever
+// needs the position first — a read to route (waitCaptures), SHOW
+// pg_kinetic.write_lsn — hurries it.
 func (ss *session) requestPositionLocked(kind byte, clearsDebt bool) {
 	rd := ss.positionReader()
 	if rd == nil {
@@ -168,12 +176,17 @@ func (ss *session) requestPositionLocked(kind byte, clearsDebt bool) {
 		ss.cond.Broadcast()
 		return
 	}
-	rd.Request(func(tok freshness.Token, err error) {
+	done := func(tok freshness.Token, err error) {
 		if err != nil {
 			ss.log.Debug("WAL position not read", zap.Error(err))
 		}
 		ss.applyPosition(kind, tok, err == nil, "", clearsDebt)
-	})
+	}
+	if !ss.usedReplica && !clearsDebt && (kind == captureWrite || kind == captureRead) {
+		rd.RequestLater(done)
+		return
+	}
+	rd.Request(done)
 }
 
 // positionsLostLocked uncounts the positions due on a link that failed:
@@ -307,6 +320,9 @@ func (ss *session) waitCaptures() bool {
 	defer ss.mu.Unlock()
 	if ss.captures <= 0 || ss.killed {
 		return ss.captures <= 0
+	}
+	if rd := ss.positionReader(); rd != nil {
+		rd.Hurry() // positions asked for in no hurry (requestPositionLocked)
 	}
 	expired := false
 	t := time.AfterFunc(captureWait, func() {

@@ -121,6 +121,9 @@ type session struct {
 	seen        []seenRead
 	affine      string
 	seenBlocked bool // the last decision: only unbounded reads kept it off a replica
+	// usedReplica: a unit of the session was routed to a replica; until
+	// then its positions are read in no hurry (requestPositionLocked).
+	usedReplica bool
 	// inferred: parameter types servers described for the client's
 	// statements, by Parse body (under mu; stand-ins use them).
 	inferred map[string][]uint32

@@ -32,17 +32,18 @@ func main() {
 	mode := flag.String("mode", "simple", "pgbench -M mode")
 	routing := flag.String("routing", "off", "read_routing_mode")
 	poolMode := flag.String("pool-mode", "session", "pool_mode")
+	standbys := flag.Int("standbys", 1, "streaming replicas (routed reads use all of them)")
 	out := flag.String("out", "kineticd.pprof", "CPU profile file")
 	flag.Parse()
-	if err := run(*seconds, *clients, *mode, *routing, *poolMode, *out); err != nil {
+	if err := run(*seconds, *clients, *standbys, *mode, *routing, *poolMode, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "profile:", err)
 		os.Exit(1)
 	}
 }
 
-func run(seconds, clients int, mode, routing, poolMode, out string) error {
+func run(seconds, clients, standbys int, mode, routing, poolMode, out string) error {
 	ctx := context.Background()
-	cl, err := pgtest.Start(ctx, pgtest.Options{Standbys: 1})
+	cl, err := pgtest.Start(ctx, pgtest.Options{Standbys: max(standbys, 1)})
 	if err != nil {
 		return err
 	}
@@ -53,7 +54,7 @@ func run(seconds, clients int, mode, routing, poolMode, out string) error {
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "kineticd.toml")
-	p := kinetictest.Params{PoolMode: poolMode, PoolSize: clients + 2, ReadRoutingMode: routing, Replicas: []string{cl.Standbys[0].Addr()}, LogLevel: "error"}
+	p := kinetictest.Params{PoolMode: poolMode, PoolSize: clients + 2, ReadRoutingMode: routing, Replicas: replicaAddrs(cl), LogLevel: "error"}
 	if err := os.WriteFile(path, []byte(kinetictest.TOML(cl, p)), 0o600); err != nil {
 		return err
 	}
@@ -96,4 +97,12 @@ func run(seconds, clients int, mode, routing, poolMode, out string) error {
 	fmt.Printf("profiled %v of pgbench -S -M %s -c %d through kineticd (routing %s); profile in %s\n",
 		time.Since(start).Round(time.Millisecond), mode, clients, routing, out)
 	return err
+}
+
+func replicaAddrs(cl *pgtest.Cluster) []string {
+	var addrs []string
+	for _, s := range cl.Standbys {
+		addrs = append(addrs, s.Addr())
+	}
+	return addrs
 }

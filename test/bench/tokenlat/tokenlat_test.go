@@ -2,7 +2,10 @@
 // read-your-writes token reaches the client (ParameterStatus
 // pg_kinetic.write_lsn), with the route's WAL position reader answering
 // every session (SPEC §5, issue 12): writers commit in a loop, each
-// timing its own token, and the p50 and p99 are reported.
+// timing its own token, and the p50 and p99 are reported, for sessions
+// that read from a replica first (their positions are read at once) and
+// for write-only sessions (read in no hurry, within the reader's 10 ms
+// delay, unless something needs them sooner).
 //
 //	go test -run '^$' -bench TokenLatency -benchtime 2000x ./test/bench/tokenlat/
 package tokenlat
@@ -33,7 +36,7 @@ func BenchmarkTokenLatency(b *testing.B) {
 	if err := cl.Primary.Exec(ctx, "SELECT 1"); err != nil {
 		b.Fatal(err)
 	}
-	px := kinetictest.Start(b, cl, kinetictest.Params{ReadRoutingMode: "prefer_replica", LogLevel: "warn",
+	px := kinetictest.Start(b, cl, kinetictest.Params{ReadRoutingMode: "prefer_replica", LogLevel: "warn", PoolSize: 4*writers + 2,
 		Replicas: []string{cl.Standbys[0].Addr()}})
 	direct, err := pgconn.Connect(ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
 	if err != nil {
@@ -44,6 +47,16 @@ func BenchmarkTokenLatency(b *testing.B) {
 	}
 	direct.Close(ctx)
 
+	for _, mode := range []struct {
+		name      string
+		readFirst bool
+	}{{"after-replica-read", true}, {"write-only", false}} {
+		b.Run(mode.name, func(b *testing.B) { measure(b, px.AppDSN(), mode.readFirst) })
+	}
+}
+
+func measure(b *testing.B, dsn string, readFirst bool) {
+	ctx := context.Background()
 	per := max(1, b.N/writers)
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -54,7 +67,7 @@ func BenchmarkTokenLatency(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := writer(ctx, px.AppDSN(), w, per)
+			got, err := writer(ctx, dsn, w, per, readFirst)
 			if err != nil {
 				errs <- err
 				return
@@ -78,11 +91,30 @@ func BenchmarkTokenLatency(b *testing.B) {
 }
 
 // writer commits n INSERTs in its own session, timing from each one's
-// ReadyForQuery to the ParameterStatus with its token.
-func writer(ctx context.Context, dsn string, w, n int) ([]time.Duration, error) {
+// ReadyForQuery to the ParameterStatus with its token. readFirst: the
+// session reads on a replica first.
+func writer(ctx context.Context, dsn string, w, n int, readFirst bool) ([]time.Duration, error) {
 	c, err := pgconn.Connect(ctx, dsn)
 	if err != nil {
 		return nil, err
+	}
+	if readFirst {
+		// (The replica may not be known eligible yet: the first probes.)
+		for try := 0; ; try++ {
+			rr := c.ExecParams(ctx, "SELECT pg_is_in_recovery()", nil, nil, nil, nil).Read()
+			if rr.Err != nil {
+				c.Close(ctx)
+				return nil, rr.Err
+			}
+			if len(rr.Rows) == 1 && string(rr.Rows[0][0]) == "t" {
+				break
+			}
+			if try == 50 {
+				c.Close(ctx)
+				return nil, fmt.Errorf("writer %d: no read ran on a replica in 5 s", w)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	hj, err := c.Hijack()
 	if err != nil {
