@@ -964,12 +964,15 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 			Code: codeReadOnlyTx, Message: "pg-kinetic: the configured primary is in recovery; writes fail closed",
 			Detail: "server " + ss.route.Primary.Address + " reports pg_is_in_recovery() = true (split brain)"}, open)
 	}
-	if fresh && (u.read || u.txStart) && !u.hintPrim && (!ss.waitCaptures() || ss.owesCapture()) {
+	// Inside a transaction block the unit stays where it is: the positions
+	// do not matter.
+	routable := fresh && (u.read || u.txStart) && !u.hintPrim && !ss.staysPut(u)
+	if routable && (!ss.waitCaptures() || ss.owesCapture()) {
 		// The session's latest position is not known: only the primary
 		// is provably fresh.
 		u.read, u.txStart, u.reason = false, false, reasonReadYourWrites
 	}
-	if fresh && (u.read || u.txStart) && !u.hintPrim {
+	if routable && (u.read || u.txStart) {
 		req = ss.readRequirement(u, primaryV)
 		if u.strict {
 			pos, ok := ss.strictPosition()
@@ -1323,6 +1326,21 @@ func countSyncs(b *batch) int {
 		}
 	}
 	return n
+}
+
+// staysPut reports whether decide will keep u where the session's
+// transaction is (or send it to the primary after a deferred plain BEGIN)
+// whatever the session's positions: then the unit need not wait for them.
+// Only with nothing in flight: a pipelined COMMIT may still end the
+// transaction the status shows.
+func (ss *session) staysPut(u unitInfo) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.pending > 0 {
+		return false
+	}
+	s := ss.sessionInfoLocked()
+	return s.inTx && s.cur != "" || ss.deferred != "" && !u.txStart
 }
 
 // sessionInfoLocked snapshots what decide needs. Callers hold ss.mu.

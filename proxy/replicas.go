@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/pg-kinetic/pg-kinetic/classify"
@@ -310,18 +309,19 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 // volatility caches, per route and function name, whether any function of
 // that name is VOLATILE in the primary's catalog. Looked up once per name
 // (on a connection of its own, logged in like the route's sessions:
-// pool.Dialer), cleared on reload.
+// pool.Dialer), cleared on reload. mu guards the maps and is never held
+// across a dial or a query: a lookup takes its route's connection out of
+// catalog (busy marks the route) and puts it back when done.
 type volatility struct {
 	mu      sync.Mutex
 	known   map[string]bool       // route + "\x00" + name -> volatile
-	catalog map[string]*pool.Conn // route -> connection, made on first use
-	// conns held the pgconn connections the lookups used to run on. It is
-	// unused; it stays only because server.go (not part of this change)
-	// still initialises it. Remove both together.
-	conns map[string]*pgconn.PgConn
+	catalog map[string]*pool.Conn // route -> idle connection, made on first use
+	busy    map[string]bool       // route -> a lookup runs
+	gen     uint64                // reset count: a lookup begun before a reset keeps nothing
 }
 
-// reset forgets every answer and closes the catalog connections.
+// reset forgets every answer and closes the catalog connections (a lookup
+// running meanwhile closes its own when it ends).
 func (v *volatility) reset() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -330,6 +330,7 @@ func (v *volatility) reset() {
 		delete(v.catalog, k)
 	}
 	clear(v.known)
+	v.gen++
 }
 
 // volatilitySQL looks up names (a text[] literal, pgTextArray) in pg_proc:
@@ -338,15 +339,18 @@ func (v *volatility) reset() {
 const volatilitySQL = "select n, coalesce(bool_or(p.provolatile = 'v'), true) from unnest(%s::text[]) n left join pg_catalog.pg_proc p on p.proname = n group by n"
 
 // anyVolatile reports whether any of funcs is VOLATILE on the session's
-// primary. An unknown answer (lookup failed) counts as volatile: primary.
+// primary. An unknown answer counts as volatile (the unit goes to the
+// primary): a failed lookup, and a lookup another session of the route is
+// running — classification never waits for a slow primary's catalog.
 func (s *Server) anyVolatile(ss *session, funcs []string) bool {
 	v := &s.volatility
+	route := ss.route.Name
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	var missing []string
 	for _, f := range funcs {
-		vol, ok := v.known[ss.route.Name+"\x00"+f]
+		vol, ok := v.known[route+"\x00"+f]
 		if ok && vol {
+			v.mu.Unlock()
 			return true
 		}
 		if !ok {
@@ -354,38 +358,34 @@ func (s *Server) anyVolatile(ss *session, funcs []string) bool {
 		}
 	}
 	if len(missing) == 0 {
+		v.mu.Unlock()
 		return false
 	}
-	sql := fmt.Sprintf(volatilitySQL, pool.QuoteLiteral(pgTextArray(missing)))
-	var rows [][][]byte
-	var err error
-	// A connection kept from an earlier lookup may have been closed by the
-	// server since (a restart): then the lookup runs once more on a new one.
-	for attempt := 0; attempt < 2; attempt++ {
-		conn, reused := v.catalog[ss.route.Name], true
-		if conn == nil {
-			buser, bpass := ss.userCfg.Backend()
-			ctx, cancel := context.WithTimeout(context.Background(), s.opts.connectTimeout)
-			conn, err = s.dialCatalog(ctx, ss.route.Primary.Address, buser, bpass, ss.route.BackendDB(), ss.cfg.Server.BackendTLSMode)
-			cancel()
-			if err != nil {
-				ss.log.Warn("cannot look up function volatility; treating as volatile", zap.Error(err))
-				return true
-			}
+	if v.busy[route] {
+		v.mu.Unlock()
+		return true // being looked up: the primary meanwhile
+	}
+	if v.busy == nil {
+		v.busy = map[string]bool{}
+	}
+	v.busy[route] = true
+	conn, gen := v.catalog[route], v.gen
+	delete(v.catalog, route)
+	v.mu.Unlock()
+
+	rows, conn, err := s.lookupVolatility(ss, conn, missing)
+
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.busy, route)
+	if conn != nil {
+		if v.gen != gen || v.catalog[route] != nil {
+			conn.Terminate(time.Second)
+		} else {
 			if v.catalog == nil {
 				v.catalog = make(map[string]*pool.Conn)
 			}
-			v.catalog[ss.route.Name], reused = conn, false
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		rows, err = conn.Query(ctx, sql)
-		cancel()
-		if conn.Broken() {
-			conn.Close()
-			delete(v.catalog, ss.route.Name)
-		}
-		if err == nil || !reused || !conn.Broken() {
-			break
+			v.catalog[route] = conn
 		}
 	}
 	if err != nil {
@@ -399,10 +399,47 @@ func (s *Server) anyVolatile(ss *session, funcs []string) bool {
 			return true
 		}
 		vol := string(row[1]) == "t"
-		v.known[ss.route.Name+"\x00"+string(row[0])] = vol
+		if v.gen == gen {
+			v.known[route+"\x00"+string(row[0])] = vol
+		}
 		any = any || vol
 	}
 	return any
+}
+
+// lookupVolatility runs volatilitySQL for names on conn (dialled when nil
+// or broken). It returns the connection to keep, nil if none.
+func (s *Server) lookupVolatility(ss *session, conn *pool.Conn, names []string) ([][][]byte, *pool.Conn, error) {
+	sql := fmt.Sprintf(volatilitySQL, pool.QuoteLiteral(pgTextArray(names)))
+	var rows [][][]byte
+	var err error
+	// A connection kept from an earlier lookup may have been closed by the
+	// server since (a restart): then the lookup runs once more on a new one.
+	for attempt := 0; attempt < 2; attempt++ {
+		reused := conn != nil
+		if conn == nil {
+			buser, bpass := ss.userCfg.Backend()
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.connectTimeout)
+			conn, err = s.dialCatalog(ctx, ss.route.Primary.Address, buser, bpass, ss.route.BackendDB(), ss.cfg.Server.BackendTLSMode)
+			cancel()
+			if err != nil {
+				return nil, nil, fmt.Errorf("cannot connect for the catalog: %w", err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rows, err = conn.Query(ctx, sql)
+		cancel()
+		if conn.Broken() {
+			conn.Close()
+			if err != nil && reused {
+				conn = nil
+				continue
+			}
+			return rows, nil, err
+		}
+		break
+	}
+	return rows, conn, err
 }
 
 // dialCatalog opens the connection volatility lookups run on, logged in as

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/pg-kinetic/pg-kinetic/admin"
@@ -126,7 +125,6 @@ func New(opts Options) (*Server, error) {
 	s.metrics.SetClientCounter(s.clients.Load)
 	s.backoff.state = map[string]backoffState{}
 	s.volatility.known = map[string]bool{}
-	s.volatility.conns = map[string]*pgconn.PgConn{}
 	if err := s.Reload(); err != nil {
 		s.routing.Swap(nil).close()
 		return nil, err
