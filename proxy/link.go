@@ -281,6 +281,25 @@ func (ss *session) forgetSwallowLocked(l *link, n int) {
 	ss.cond.Broadcast()
 }
 
+// failBarriersLocked fails the barriers l's current batch still waits
+// for: the server skips to Sync and will not answer them. Callers hold
+// ss.mu.
+func (ss *session) failBarriersLocked(l *link) {
+	kept := l.swallow[:0]
+	for _, e := range l.swallow {
+		if e.kind == 'b' && e.batch == l.rfqs {
+			l.barrier = barrierFailed
+			continue
+		}
+		kept = append(kept, e)
+	}
+	l.swallow = kept
+	if len(l.swallow) == 0 {
+		l.swallow = nil
+	}
+	ss.cond.Broadcast()
+}
+
 // errInterrupted reports that a link's reader was stopped by the session
 // between two messages, leaving the server connection's stream intact.
 var errInterrupted = errors.New("server reader interrupted at a message boundary")
@@ -345,6 +364,13 @@ func (ss *session) serverToClient(l *link) error {
 			case e.kind == h.Type:
 				drop = true
 				l.swallow = l.swallow[1:]
+				if h.Type == 'E' {
+					// The proxy failed the batch on purpose (a local
+					// error): the server skips to Sync, so no barrier of
+					// the batch is answered, one written since or later.
+					l.failed = l.rfqs + 1
+					ss.failBarriersLocked(l)
+				}
 			case h.Type == 'E':
 				// An injected Parse/Close failed: the server now skips the
 				// rest of the batch; its other injections never answer.
