@@ -610,8 +610,10 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 	if len(ss.effects) > 0 {
 		// The Sync committed the replica's part, its SETs too, which the
 		// rest of the unit may still roll back for the client: the
-		// replica's settings are replayed before its next use.
+		// replica's settings are replayed before its next use. The
+		// server the rest runs on lacks them (unitEnded).
 		l.st.settings = settingsUnknown
+		ss.movedEffects = true
 	}
 	ss.mu.Unlock()
 	ss.stream = nil
@@ -1007,10 +1009,12 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 			s := ss.sessionInfoLocked()
 			s.fallback = fallback
 			d = ss.decideLocked(s, u, tried, req)
-			if d.target != targetRejected && ss.cur == ss.linkFor(d) && (u.read || !ss.cur.replica) {
+			if d.target != targetRejected && ss.cur == ss.linkFor(d) && (u.read || !ss.cur.replica) && !ss.movedEffects {
 				// Same server: pipelining may continue. (Not a write
 				// after units on a replica: whether a transaction is still
-				// open there is known when they are answered.)
+				// open there is known when they are answered. Nor after a
+				// unit whose SETs ran partly on a replica: the session's
+				// settings are known, and replayed here, when it ends.)
 				break
 			}
 			ss.cond.Wait() // results from another server are still arriving
@@ -1754,6 +1758,11 @@ func (ss *session) unitEnded() {
 				// client's startup values, which the session still holds:
 				// replay them before the next unit there.
 				ss.cur.st.settings = settingsUnknown
+			case ss.movedEffects:
+				// Part of the unit, with some of its SETs, ran on a
+				// replica (endReplicaStream): this server has not seen
+				// them all.
+				ss.cur.st.settings = settingsUnknown
 			default:
 				ss.cur.st.settings = ss.settingsKey
 			}
@@ -1772,6 +1781,7 @@ func (ss *session) unitEnded() {
 	ss.effects = append(ss.effects[:0], later...)
 	ss.unitErr = false
 	ss.restored = false
+	ss.movedEffects = false
 }
 
 // settingsTracked reports whether the session's SETs are known: with

@@ -124,6 +124,10 @@ type session struct {
 	// usedReplica: a unit of the session was routed to a replica; until
 	// then its positions are read in no hurry (requestPositionLocked).
 	usedReplica bool
+	// movedEffects: the unit in progress moved from a replica to the
+	// primary with SETs recorded (endReplicaStream); cleared when it ends.
+	// Under mu.
+	movedEffects bool
 	// inferred: parameter types servers described for the client's
 	// statements, by Parse body (under mu; stand-ins use them).
 	inferred map[string][]uint32
