@@ -1102,7 +1102,25 @@ func (ss *session) commandComplete(body []byte) {
 	if string(tag) != ss.lastTag {
 		ss.lastTag = string(tag)
 	}
+	if ss.lastTag == "COMMIT" && ss.tx != 'I' {
+		ss.committedLocked()
+	}
 	ss.mu.Unlock()
+}
+
+// committedLocked applies the session effects of the units before the one
+// being answered when its COMMIT of their transaction block completed:
+// they are kept whatever the rest of this unit does (an error after the
+// COMMIT, in the same batch, rolls back only what follows it). Callers
+// hold ss.mu.
+func (ss *session) committedLocked() {
+	if len(ss.effects) == 0 || ss.effects[0].seq >= ss.doneSeq {
+		return
+	}
+	unitErr, restored, moved := ss.unitErr, ss.restored, ss.movedEffects
+	ss.unitErr = false
+	ss.unitEnded() // applies the effects of the units already answered
+	ss.unitErr, ss.restored, ss.movedEffects = unitErr, restored, moved
 }
 
 // serverFailed ends the session after a server connection it depends on
