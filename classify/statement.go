@@ -159,11 +159,75 @@ func (c *Classifier) query(sel *pg.SelectStmt) (st Statement, shared bool) {
 	}
 	if w.pin || w.temp {
 		st.Effect = EffectPin
+		if settings, ok := setConfigSettings(sel); ok && !w.temp {
+			// SELECT set_config('name', 'value', false), …: a SET in
+			// another spelling, tracked and replayed like one instead of
+			// pinning the session (still for the primary, SPEC §3).
+			st = write()
+			st.Effect, st.Setting = EffectSet, settings[0]
+			if len(settings) > 1 {
+				st.MoreSettings = settings[1:]
+			}
+			return st, false
+		}
 	}
 	if st.Kind == KindRead {
 		st.Funcs = sortedUnique(w.funcs)
 	}
 	return st, !w.constRead
+}
+
+// setConfigSettings recognises a SELECT whose every output column is a
+// call set_config('name', 'value', false) with literal arguments, and
+// nothing else (no FROM, WHERE, or any clause that could run a call
+// several times, or not at all): the settings it makes, as SET would.
+func setConfigSettings(sel *pg.SelectStmt) ([]Setting, bool) {
+	if len(sel.GetTargetList()) == 0 || len(sel.GetFromClause()) > 0 || sel.GetWhereClause() != nil ||
+		len(sel.GetGroupClause()) > 0 || sel.GetHavingClause() != nil || len(sel.GetWindowClause()) > 0 ||
+		len(sel.GetValuesLists()) > 0 || len(sel.GetSortClause()) > 0 || sel.GetLimitCount() != nil ||
+		sel.GetLimitOffset() != nil || len(sel.GetLockingClause()) > 0 || sel.GetWithClause() != nil ||
+		sel.GetIntoClause() != nil || len(sel.GetDistinctClause()) > 0 || sel.GetOp() != pg.SetOperation_SETOP_NONE {
+		return nil, false
+	}
+	var out []Setting
+	for _, t := range sel.GetTargetList() {
+		f := t.GetResTarget().GetVal().GetFuncCall()
+		if f == nil || f.GetAggFilter() != nil || f.GetOver() != nil || f.GetAggStar() || f.GetFuncVariadic() ||
+			len(f.GetAggOrder()) > 0 || len(f.GetArgs()) != 3 {
+			return nil, false
+		}
+		names := f.GetFuncname()
+		if len(names) == 0 || len(names) > 2 || !strings.EqualFold(names[len(names)-1].GetString_().GetSval(), "set_config") ||
+			len(names) == 2 && names[0].GetString_().GetSval() != "pg_catalog" {
+			return nil, false
+		}
+		args := f.GetArgs()
+		name, value := args[0].GetAConst().GetSval(), args[1].GetAConst().GetSval()
+		if name == nil || value == nil || name.GetSval() == "" || setConfigIsLocal(args) || !setConfigIsFalse(args[2]) {
+			return nil, false
+		}
+		out = append(out, Setting{Name: strings.ToLower(name.GetSval()), Value: value.GetSval()})
+	}
+	return out, true
+}
+
+// setConfigIsFalse reports whether set_config's is_local argument is a
+// literal false.
+func setConfigIsFalse(n *pg.Node) bool {
+	a := n.GetAConst()
+	if a == nil || a.GetIsnull() {
+		return false
+	}
+	if b := a.GetBoolval(); b != nil {
+		return !b.GetBoolval()
+	}
+	if s := a.GetSval(); s != nil {
+		switch strings.ToLower(s.GetSval()) {
+		case "f", "false", "off", "no", "n", "0":
+			return true
+		}
+	}
+	return false
 }
 
 // executed completes st (a write) with the pins that the statement's

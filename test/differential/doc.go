@@ -161,8 +161,11 @@
 // (session / session-routing / transaction / transaction-routing): base
 // seed 424242 at 3c6beaa (start of the day's third session) 1 / 11 / 7 /
 // 11, at f92abf7 (after the issue-12 changes too) 0 / 3 / 1 / 4; base seed
-// 434343 0 / 15 / 4 / 15 midway, 0 / 9 / 1 / 9 later. What is left, by
-// class (each has a smallest sequence in the run's output):
+// 434343 0 / 15 / 4 / 15 midway, 0 / 9 / 1 / 9 later. In the day's
+// fourth session, base seed 616161: 1 / 13 / 5 / 12 at its start (2bf9c30;
+// hangs in every mode), 0 / 8 / 2 / 13 after its fixes (no hang); base
+// seed 424242 0 / 4 / 2 / 5 midway. What is left, by class (each has a
+// smallest sequence in the run's output):
 //   - a unit routed at a Flush to a replica that then moves to the
 //     primary (a Bind of a write follows): a portal the replica's part
 //     made is missing there (34000, 42P03), and a SET before a BEGIN in
@@ -178,9 +181,17 @@
 //     connection (26000 where PostgreSQL binds it) or a Parse refused as
 //     a duplicate (42P05), never when the sequence is replayed alone or
 //     twice: state left by a concurrent sequence on a shared connection;
+//   - rarely, a server connection whose settings differ from what the
+//     proxy recorded for it (SHOW application_name empty, work_mem of
+//     another client) in transaction pooling with routing on, never when
+//     replayed alone;
+//   - a session setting made with set_config(…, false) inside a
+//     transaction on a replica: set_config pins the session to the
+//     primary, where the setting is not (6641354203045480159);
 //   - rarely (0 to 2 in 40,000 sequences, never when replayed alone) a
-//     hang after an error in a Flush-ended unit continued to its Sync in
-//     transaction pooling with routing on.
+//     hang after an error in a Flush-ended unit continued to its Sync;
+//     none in the last 40,000 after the barrier fix (seed
+//     4456736391099484453, reproducible, fixed).
 //
 // So `make test` replays the regression seeds only; `make differential`
 // is the 10,000-per-mode run.
