@@ -1258,10 +1258,13 @@ func (ss *session) linkDead(l *link) bool {
 	return l.dead
 }
 
-// afterUnit queues the WAL position query that keeps the session's token
-// and floor current: after a unit on the primary that ends outside a
-// transaction (the token; SPEC §5), after a read on a replica (the
-// monotonic floor). An open unit gets it when its Sync arrives.
+// afterUnit runs once a unit is written: it replays the client's startup
+// values a RESET of the unit returned to the server's defaults, and asks
+// for what keeps the session's token and floor current once the unit is
+// answered — the route's position reader after a unit on the primary that
+// ends outside a transaction (the token; SPEC §5), a note of what a read
+// on a replica saw (affinity.go). Nothing is sent on l for positions. An
+// open unit gets them when its Sync arrives.
 func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 	ss.mu.Lock()
 	unitBatch := l.batches // the unit's last ReadyForQuery is number unitBatch
@@ -1707,15 +1710,6 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 		ss.deferred = ""
 	}
 	return nil
-}
-
-// effectiveSettings is the startup settings followed by the session's SETs.
-func (ss *session) effectiveSettings() []setting {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	out := make([]setting, 0, len(ss.startup)+len(ss.session))
-	out = append(out, ss.startup...)
-	return append(out, ss.session...)
 }
 
 // unitEnded applies the effects of a unit that reached an idle point.

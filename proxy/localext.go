@@ -547,14 +547,6 @@ func rowDescription(column string, text bool) *pgproto3.RowDescription {
 	return &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{f}}
 }
 
-// isIdle reports whether the session owes nothing and has no transaction
-// or batch open.
-func (ss *session) isIdle() bool {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.idleLocked()
-}
-
 // forgetServerUnnamed notes a client's Parse (statement "") or Bind
 // (portal "") that goes to a server: it replaces a local unnamed
 // statement or portal, as on a server.

@@ -283,13 +283,6 @@ func (s *Server) sessionListLocked() []*session {
 	return sessions
 }
 
-// isDraining reports whether Shutdown has begun.
-func (s *Server) isDraining() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.draining
-}
-
 // track registers a session so Shutdown can reach it.
 func (s *Server) track(ss *session) {
 	s.mu.Lock()
