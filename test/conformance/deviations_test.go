@@ -33,4 +33,15 @@ var allowed = []deviation{
 // are reported as "open" and do not fail the run, but they are not
 // permitted deviations: an entry goes when its test passes (the run logs
 // each entry whose test passed).
-var knownOpen = []deviation{}
+var knownOpen = []deviation{
+	// A statement prepared on one server and re-Parsed by the proxy on
+	// another after an ALTER TABLE changed its result: PostgreSQL fails the
+	// Bind with "cached plan must not change result type" (0A000), the
+	// fresh Parse elsewhere with 08P01 (result formats for 3 columns, 2
+	// now). Depends on which servers the three units land on (replica lag
+	// from earlier tests): failed in 1 of 3 full runs of session/routed on
+	// 2026-12-02, never alone. The fix: a re-Parse also Describes, and a
+	// result shape other than the one the client was told fails the
+	// client's Bind with 0A000.
+	{"*/routed", "pgx.TestStmtCacheInvalidationConn", "open: re-Parse on another server after DDL hides 'cached plan must not change result type'"},
+}
