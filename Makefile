@@ -61,6 +61,8 @@ test: deps build
 	KINETIC_TEST_POOL_MODE=transaction $(GO) test -race -count=1 -timeout 25m $(GOTESTFLAGS) ./test/e2e/ ./test/compat/
 	$(CONFORMANCE)
 	KINETIC_DIFF_N=0 $(DIFFERENTIAL)
+	# Race sequences with the proxy's race windows widened (testdata/races.txt).
+	KINETIC_DIFF_N=0 KINETIC_DIFF_WIDEN=1 $(DIFFERENTIAL)
 	# Session pooling, routing off, passes 10,000 random sequences: kept so.
 	KINETIC_DIFF_N=10000 KINETIC_DIFF_MODES=session KINETIC_DIFF_SEED=616161 KINETIC_DIFF_REGRESSIONS=0 $(DIFFERENTIAL)
 

@@ -300,6 +300,19 @@ func (ss *session) failBarriersLocked(l *link) {
 	ss.cond.Broadcast()
 }
 
+// serverErrorLocked records an error the server answered one of the
+// client's messages with: the server now skips to Sync. A barrier the
+// session goroutine registered after this reader took the error's header
+// (and so before l.failed said the batch failed) is written after the
+// error and never answered: it fails now, instead of waiting for ever.
+// Callers hold ss.mu.
+func (ss *session) serverErrorLocked(l *link) {
+	ss.unitErr = true
+	l.failed = l.rfqs + 1
+	ss.batchFailedLocked(l)
+	ss.failBarriersLocked(l)
+}
+
 // errInterrupted reports that a link's reader was stopped by the session
 // between two messages, leaving the server connection's stream intact.
 var errInterrupted = errors.New("server reader interrupted at a message boundary")
@@ -418,6 +431,9 @@ func (ss *session) serverToClient(l *link) error {
 			}
 		}
 		ss.mu.Unlock()
+		if h.Type == 'E' && !drop {
+			raceWait(func(w *RaceWindows) time.Duration { return w.AfterErrorHeader })
+		}
 
 		if drop {
 			if h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' {
@@ -539,9 +555,7 @@ func (ss *session) serverToClient(l *link) error {
 				return err
 			}
 			ss.mu.Lock()
-			ss.unitErr = true
-			l.failed = l.rfqs + 1
-			ss.batchFailedLocked(l)
+			ss.serverErrorLocked(l)
 			ss.mu.Unlock()
 			if err := ss.relay(h, body); err != nil {
 				ss.conn.Close()
@@ -628,9 +642,7 @@ func (ss *session) serverToClient(l *link) error {
 			case 'E':
 				sawFatal = isFatal(body)
 				ss.mu.Lock()
-				ss.unitErr = true
-				l.failed = l.rfqs + 1
-				ss.batchFailedLocked(l)
+				ss.serverErrorLocked(l)
 				ss.mu.Unlock()
 			case 't':
 				ss.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -354,6 +355,7 @@ func (ss *session) clearLocalPortals() {
 // client's own Closes before it pass (link.closes counts them). ok is
 // false when the server failed the batch first (it then skips to Sync).
 func (ss *session) barrier(l *link) (ok bool, err error) {
+	raceWait(func(w *RaceWindows) time.Duration { return w.BeforeBarrier })
 	buf, _ := (&pgproto3.Close{ObjectType: 'P', Name: "pg_kinetic barrier"}).Encode(nil)
 	buf, _ = (&pgproto3.Flush{}).Encode(buf)
 	ss.mu.Lock()

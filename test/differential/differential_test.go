@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pg-kinetic/pg-kinetic/admin"
+	"github.com/pg-kinetic/pg-kinetic/proxy"
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
@@ -40,6 +41,7 @@ type knobs struct {
 	only       []seqRef      // KINETIC_DIFF_ONLY: just these sequences
 	minimize   bool          // KINETIC_DIFF_MINIMIZE
 	regression bool          // KINETIC_DIFF_REGRESSIONS=0 skips testdata/regressions.txt
+	widen      bool          // KINETIC_DIFF_WIDEN=1: proxy race windows widened, testdata/races.txt
 }
 
 const (
@@ -168,6 +170,7 @@ func loadKnobs(t *testing.T) knobs {
 		list:       envInt(t, "KINETIC_DIFF_LIST", 20),
 		minimize:   os.Getenv("KINETIC_DIFF_MINIMIZE") == "1",
 		regression: os.Getenv("KINETIC_DIFF_REGRESSIONS") != "0",
+		widen:      os.Getenv("KINETIC_DIFF_WIDEN") == "1",
 		seed:       uint64(time.Now().UnixNano()),
 	}
 	if s := os.Getenv("KINETIC_DIFF_SEED"); s != "" {
@@ -246,6 +249,12 @@ func TestDifferential(t *testing.T) {
 		t.Skip("differential test: runs with KINETIC_DIFFERENTIAL=1 (make differential; make test replays its regression seeds)")
 	}
 	k := loadKnobs(t)
+	if k.widen {
+		// The orders of events a slow machine takes once in thousands of
+		// runs, taken on every run (testdata/races.txt).
+		old := proxy.SetRaceWindows(proxy.RaceWindows{AfterErrorHeader: 50 * time.Millisecond, BeforeBarrier: 20 * time.Millisecond})
+		t.Cleanup(func() { proxy.SetRaceWindows(old) })
+	}
 	keys := &runKeys{}
 	nextKey := keys.next
 	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
@@ -265,7 +274,10 @@ func TestDifferential(t *testing.T) {
 	if len(k.only) > 0 {
 		refs = k.only
 	} else {
-		if k.regression {
+		switch {
+		case k.regression && k.widen:
+			refs = append(refs, readRegressions(t, "testdata/races.txt")...)
+		case k.regression:
 			refs = append(refs, readRegressions(t, "testdata/regressions.txt")...)
 		}
 		for i := range k.n {

@@ -139,6 +139,12 @@
 //   - KINETIC_DIFF_MINIMIZE=1: shrink one sequence per class (delta
 //     debugging over units) and print it as a regressions.txt line;
 //   - KINETIC_DIFF_REGRESSIONS=0: skip testdata/regressions.txt;
+//   - KINETIC_DIFF_WIDEN=1: widen the proxy's race windows
+//     (proxy.SetRaceWindows: a server reader pauses after an error's
+//     header, the session goroutine before a barrier), so that an order
+//     of events a slow machine takes rarely is taken every time; the
+//     regression seeds are then testdata/races.txt's (make test replays
+//     them so);
 //   - KINETIC_DIFF_HANGDUMP=/path/prefix: at each hang, every goroutine's
 //     stack (kineticd runs in the test process) goes to prefix.<time>;
 //   - KINETIC_DIFF_TIMEOUT_MS, KINETIC_DIFF_MAX_MISMATCHES (1000),
