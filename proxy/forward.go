@@ -431,6 +431,9 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 		// Its session effects (SET, PREPARE, pinning) count as a routed
 		// unit's do.
 		_, ds := ss.analyze(b, false)
+		if typ == 'B' {
+			ss.discardNow(l, ds) // (the Bind of its Execute)
+		}
 		ss.recordEffects(ds)
 		ss.noteResets(l, ds)
 		ss.noteSQLPrepares(l, ds)
@@ -1109,6 +1112,9 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		if hasSQLOp {
 			ss.noteStmtOp(l, sqlOp)
 		}
+		if len(b.msgs) == 1 && b.msgs[0].typ == 'Q' {
+			ss.discardNow(l, decisions)
+		}
 		ss.noteResets(l, decisions)
 		if d.target == targetReplica && class.label {
 			// label_staleness: the answer says how stale it may be.
@@ -1684,7 +1690,9 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 			}
 			st.forgetStatements()
 		}
+		ss.mu.Lock() // (a server reader marks the server a DISCARD ALL ran on: unitEnded)
 		st.discardOwner, st.discardGen = ss.id, dgen
+		ss.mu.Unlock()
 	}
 	if resync {
 		q := "RESET ALL"
@@ -1728,14 +1736,11 @@ func (ss *session) unitEnded() {
 			case classify.EffectSet:
 				ss.applySetting(e.setting)
 			case classify.EffectDiscardAll:
+				// (Its statements went when it was sent: discardNow.)
 				ss.session = nil
 				ss.pinned = ""
-				ss.stmts = map[string]stmtInfo{}
-				ss.unnamed = stmtInfo{}
-				ss.sqlPrepared = map[string]sqlPrep{}
 				ss.discardGen++
 				if ss.cur != nil {
-					ss.cur.st.forgetStatements()
 					ss.cur.st.discardOwner, ss.cur.st.discardGen = ss.id, ss.discardGen
 				}
 			}

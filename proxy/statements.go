@@ -664,8 +664,8 @@ type stmtOp struct {
 	// replaced, if any (restored when the server skipped the Parse).
 	prevLocal *kcmd
 	serverSet string // 'q': the PREPARE text recorded for the server
-	// 'X', a DEALLOCATE ALL: everything it would forget, to restore if
-	// it fails.
+	// 'X', a DEALLOCATE ALL or DISCARD ALL: everything it would forget,
+	// to restore if it fails.
 	allStmts                map[string]stmtInfo
 	allSQL                  map[string]sqlPrep
 	allServer, allServerSQL map[string]string
@@ -730,6 +730,29 @@ func (ss *session) sqlStatementOp(l *link, b *batch, ds []*classified) (stmtOp, 
 		return op, true
 	}
 	return stmtOp{}, false
+}
+
+// discardNow, for a unit that is one DISCARD ALL, forgets every named
+// statement the client and l's server hold when the unit is sent (the
+// unnamed one survives it, as DEALLOCATE ALL; a simple Query drops it
+// anyway: trackFrontend): on the session
+// goroutine, which owns both records, and in the order of the client's
+// messages (a Parse pipelined after it prepares the client's next
+// statement). The 'X' op it queues restores them if the server refuses it
+// (25001 in a transaction block). Its settings and the other servers'
+// statements wait for it to succeed (unitEnded, prepareLink).
+func (ss *session) discardNow(l *link, ds []*classified) {
+	if len(ds) != 1 || len(ds[0].Statements) != 1 || ds[0].Statements[0].Effect != classify.EffectDiscardAll {
+		return
+	}
+	ss.noteStmtOp(l, stmtOp{kind: 'X', allStmts: maps.Clone(ss.stmts), allSQL: maps.Clone(ss.sqlPrepared),
+		allServer: maps.Clone(l.st.prepared), allServerSQL: maps.Clone(l.st.sqlPrepared)})
+	ss.mu.Lock()
+	ss.stmts = map[string]stmtInfo{}
+	ss.sqlPrepared = map[string]sqlPrep{}
+	ss.mu.Unlock()
+	clear(l.st.prepared)
+	clear(l.st.sqlPrepared)
 }
 
 // noteStmtOp queues op on l, in the order the server answers. Callers
@@ -828,7 +851,9 @@ func (ss *session) settleOps(l *link, name string) {
 	waited := false
 	// Only ops of batches already ended by a Sync (and so flushed); this
 	// batch's own are ahead of the message being written.
-	pending := func(op stmtOp) bool { return op.name == name && !op.noop && op.batch < l.batches }
+	// A DEALLOCATE ALL or DISCARD ALL ('X') forgot every name: one the
+	// server refuses brings them back (undoClient).
+	pending := func(op stmtOp) bool { return (op.name == name || op.kind == 'X') && !op.noop && op.batch < l.batches }
 	for !l.dead && !ss.killed && slices.ContainsFunc(l.ops, pending) {
 		ss.cond.Wait()
 		waited = true
