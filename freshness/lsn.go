@@ -129,3 +129,19 @@ func (t Token) String() string {
 
 // IsZero reports whether t is the zero Token: no position required.
 func (t Token) IsZero() bool { return t == Token{} }
+
+// Less orders tokens by timeline, then by position: a token of a later
+// timeline is after every token of an earlier one (a session that read
+// from a promoted primary is past the old timeline). It is the order of a
+// session's own positions; a token from elsewhere whose timeline may be
+// older is merged with the rules of timeline_changed instead.
+//
+//	Token{1, 0x200}.Less(Token{1, 0x300}) = true
+//	Token{1, 0x900}.Less(Token{2, 0x100}) = true
+//	Token{2, 0x100}.Less(Token{2, 0x100}) = false
+func (t Token) Less(u Token) bool {
+	if t.Timeline != u.Timeline {
+		return t.Timeline < u.Timeline
+	}
+	return t.LSN < u.LSN
+}

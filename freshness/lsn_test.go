@@ -208,3 +208,21 @@ func FuzzLSNRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+func TestTokenLess(t *testing.T) {
+	for _, tc := range []struct {
+		a, b Token
+		want bool
+	}{
+		{Token{1, 0x200}, Token{1, 0x300}, true},
+		{Token{1, 0x300}, Token{1, 0x200}, false},
+		{Token{1, 0x900}, Token{2, 0x100}, true},
+		{Token{2, 0x100}, Token{1, 0x900}, false},
+		{Token{2, 0x100}, Token{2, 0x100}, false},
+		{Token{}, Token{1, 1}, true},
+	} {
+		if got := tc.a.Less(tc.b); got != tc.want {
+			t.Errorf("%v.Less(%v) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}

@@ -87,7 +87,7 @@ func (ss *session) boundSeenLocked(snap *health.Snapshot) (raised freshness.Toke
 			v.ProbedAt.After(s.at) && !s.started.IsZero() && v.StartedAt.Equal(s.started) {
 			tok := freshness.Token{Timeline: v.Timeline, LSN: freshness.LSN(v.ReplayLSN)}
 			ss.raiseFloorLocked(tok)
-			if tokenLess(raised, tok) {
+			if raised.Less(tok) {
 				raised = tok
 			}
 			continue
@@ -266,7 +266,7 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.
 		for _, s := range ss.seen {
 			if s.addr == a.addr && s.at.Before(asked) && !s.started.IsZero() && s.started.Equal(started) {
 				ss.raiseFloorLocked(a.tok)
-				if tokenLess(raised, a.tok) {
+				if raised.Less(a.tok) {
 					raised = a.tok
 				}
 				changed = true

@@ -176,14 +176,7 @@ func (ss *session) acquire(addr string) (*pool.Conn, *pool.Pool, error) {
 		}
 		return c, nil, nil
 	}
-	p, err := ss.srv.pools.Get(pool.Key{Addr: addr, User: buser, Database: cred.Database}, pool.Options{
-		Size:           ss.route.Pool.Size,
-		AcquireTimeout: ss.route.Pool.AcquireTimeout(),
-		Credentials:    cred,
-		NoReset:        ss.txPool,
-		CheckAfter:     ss.checkAfter(),
-		Dialer:         dialer,
-	})
+	p, err := ss.pool(addr, dialer.ConnectTimeout)
 	if err != nil {
 		return nil, nil, ss.connectError(addr, err)
 	}
@@ -192,6 +185,22 @@ func (ss *session) acquire(addr string) (*pool.Conn, *pool.Pool, error) {
 		return nil, nil, ss.connectError(addr, err)
 	}
 	return c, p, nil
+}
+
+// pool is the pool of server connections to addr for the session's user
+// and route: the one place its pool.Options are built. A dial to addr
+// gives up after connectTimeout.
+func (ss *session) pool(addr string, connectTimeout time.Duration) (*pool.Pool, error) {
+	buser, bpass := ss.userCfg.Backend()
+	cred := pool.Credentials{User: buser, Password: bpass, Database: ss.route.BackendDB()}
+	return ss.srv.pools.Get(pool.Key{Addr: addr, User: buser, Database: cred.Database}, pool.Options{
+		Size:           ss.route.Pool.Size,
+		AcquireTimeout: ss.route.Pool.AcquireTimeout(),
+		Credentials:    cred,
+		NoReset:        ss.txPool,
+		CheckAfter:     ss.checkAfter(),
+		Dialer:         pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: connectTimeout},
+	})
 }
 
 func (ss *session) connectError(addr string, err error) error {

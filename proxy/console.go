@@ -20,69 +20,6 @@ import (
 	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
-// setLastRoute records a unit's route for SHOW pg_kinetic.last_route and
-// counts it for SHOW ROUTES.
-func (ss *session) setLastRoute(target, reason, lag, class string) {
-	ss.mu.Lock()
-	ss.last = lastRoute{target: target, reason: reason, lag: lag}
-	ss.unitStart, ss.unitTarget = time.Now(), target
-	ss.mu.Unlock()
-	if ss.route != nil {
-		ss.decisionCounter(class, target).Add(1)
-		ss.srv.metrics.RouteDecision(ss.route.Name, class, target, reason)
-		if target == targetRejected {
-			ss.srv.metrics.RejectedRead(ss.route.Name, reason)
-		} else if target == targetPrimary && isFallback(reason) {
-			ss.srv.metrics.PrimaryFallback(ss.route.Name, reason)
-		}
-		if ce := ss.log.Check(zap.DebugLevel, "route"); ce != nil {
-			ce.Write(zap.String("route", ss.route.Name), zap.String("class", class), zap.String("target", target),
-				zap.String("reason", reason), zap.String("lag_ms", lag))
-		}
-	}
-}
-
-// lastRoute is what SHOW pg_kinetic.last_route reports, kept in parts so
-// recording it costs no allocation per unit.
-type lastRoute struct{ target, reason, lag string }
-
-func (r lastRoute) String() string {
-	return "target=" + r.target + " reason=" + r.reason + " lag_ms=" + r.lag
-}
-
-// decisionCounter is the server-wide counter of decisions by the session's
-// route, class and target, remembered by the session so that counting
-// costs no lookup of a composed key per unit.
-func (ss *session) decisionCounter(class, target string) *atomic.Uint64 {
-	for _, c := range ss.counters {
-		if c.class == class && c.target == target {
-			return c.n
-		}
-	}
-	key := ss.route.Name + "\x00" + class + "\x00" + target
-	v, ok := ss.srv.decisions.Load(key)
-	if !ok {
-		v, _ = ss.srv.decisions.LoadOrStore(key, new(atomic.Uint64))
-	}
-	c := v.(*atomic.Uint64)
-	ss.counters = append(ss.counters, sessionCounter{class: class, target: target, n: c})
-	return c
-}
-
-// sessionCounter is one entry of session.counters: a session meets few
-// (class, target) pairs, so a short list beats a map in time and memory.
-type sessionCounter struct {
-	class, target string
-	n             *atomic.Uint64
-}
-
-func (s *Server) decisionCount(route, class, target string) uint64 {
-	if v, ok := s.decisions.Load(route + "\x00" + class + "\x00" + target); ok {
-		return v.(*atomic.Uint64).Load()
-	}
-	return 0
-}
-
 // errConsoleDone ends an admin console session that closed normally.
 var errConsoleDone = errors.New("admin console session ended")
 
@@ -129,7 +66,7 @@ func (ss *session) serveAdmin() error {
 			res, err := admin.Execute(text, src)
 			out := []wire.Encoder{}
 			if err != nil {
-				e := &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "XX000", Message: err.Error()}
+				e := errorf("XX000", "%s", err.Error())
 				if ae, ok := err.(*admin.Error); ok {
 					e.Code, e.Message, e.Detail = ae.Code, ae.Message, ae.Detail
 				}
@@ -167,8 +104,7 @@ func (ss *session) serveAdmin() error {
 		default:
 			if !skip {
 				skip = true
-				if err := ss.send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeFeatureNotSupported,
-					Message: "pg-kinetic: the admin console speaks the simple query protocol only"}); err != nil {
+				if err := ss.send(errorf(codeFeatureNotSupported, "pg-kinetic: the admin console speaks the simple query protocol only")); err != nil {
 					return errClientGone{err}
 				}
 			}

@@ -5,12 +5,30 @@
 //
 // A connection's life is a pipeline, one file per stage:
 //
+//	server.go        Server, Serve, Shutdown, reload; the listener and the session set
 //	admit.go         SSLRequest/TLS, GSSENCRequest, CancelRequest, StartupMessage
 //	authenticate.go  SCRAM-SHA-256 (plaintext or verifier secrets) or md5
-//	route.go         which server a unit of work goes to (pure decision)
+//	session.go       session: one client connection's state and goroutine
 //	connect.go       acquire a server connection, apply the client's settings
-//	forward.go       relay client->server and server->client frames
+//	forward.go       the client->server side: batches, analysis, routeBatch, writing units
+//	route.go         where a unit goes, pure: planUnit, decide, planFallback, reason words
+//	record.go        what a unit's route is recorded and counted as (last_route, SHOW ROUTES, metrics)
+//	link.go          a server connection attached to a session and its reader (server->client relay)
+//	statements.go    the client's prepared statements, made to exist on whichever server runs a unit
+//	settings.go      startup and SET parameters, replayed where a unit runs
+//	local.go         statements the proxy answers itself (SHOW/SET pg_kinetic.*, consistency rejections)
+//	localext.go      the same in the extended protocol; barriers
+//	fresh.go         WAL positions: write tokens, captures, the read requirement
+//	affinity.go      monotonic reads: the replica a session's reads stay on
+//	replicas.go      per-config routing state (classifiers, health checkers), replica links, volatility lookups
+//	rollout.go       routing stage and rollback (SPEC §6), query class policies
+//	monitor.go       health-derived metrics and auto_rollback
+//	console.go       the admin console (database pgkinetic)
 //	cancel.go        BackendKeyData issued by the proxy, CancelRequest relay
+//	idle.go          client buffers lent only while a client has work
+//	errors.go        SQLSTATEs and the ErrorResponses the proxy makes (errorf)
+//	errno.go         accept errors the listener rides out
+//	racewindows.go   widened race windows, for tests (SetRaceWindows)
 //
 // Concurrency: Server is safe for concurrent use. Each client session runs
 // in one goroutine that reads the client and writes the server, plus one

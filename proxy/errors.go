@@ -37,6 +37,29 @@ func protocolViolation(format string, args ...any) *clientError {
 	return fatalf(codeProtocolViolation, format, args...)
 }
 
+// errorf is an ErrorResponse of the proxy's own with severity ERROR: the
+// statement fails, the session goes on. Every such message the proxy
+// makes starts here; callers add Detail or Hint to the result.
+func errorf(code, format string, args ...any) *pgproto3.ErrorResponse {
+	msg := format
+	if len(args) > 0 {
+		msg = fmt.Sprintf(format, args...)
+	}
+	return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code, Message: msg}
+}
+
+// withDetail sets e's DETAIL and returns e.
+func withDetail(e *pgproto3.ErrorResponse, detail string) *pgproto3.ErrorResponse {
+	e.Detail = detail
+	return e
+}
+
+// withHint sets e's HINT and returns e.
+func withHint(e *pgproto3.ErrorResponse, hint string) *pgproto3.ErrorResponse {
+	e.Hint = hint
+	return e
+}
+
 // errorResponse turns err into the message the client sees. A server's own
 // error passes through unchanged; internal causes become a generic 08006
 // whose detail names the cause without internals.

@@ -917,8 +917,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		ss.streamUnit = u // for the position query when the unit's Sync comes
 	}
 	if u.hintErr != "" {
-		return nil, ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
-			Code: codeInvalidParameter, Message: u.hintErr}, open)
+		return nil, ss.failUnit(errorf(codeInvalidParameter, "%s", u.hintErr), open)
 	}
 	if err := ss.payCaptureDebt(); err != nil {
 		return nil, err
@@ -929,159 +928,31 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		}
 	}
 
-	// The read's query class and the rollout decide whether it may leave
-	// the primary at all (SPEC §6).
-	fallback := ss.route.ReadRouting.FallbackPolicy
-	var class classPolicy
-	if ss.freshnessOn() && (u.read || u.txStart || u.class != "") {
-		name := u.class
-		if name == "" {
-			name = ss.queryClass
+	// Everything decided before a server is chosen (route.go: planUnit).
+	p, primaryV := ss.plan(u)
+	if p.fail != nil {
+		if p.rejected != "" {
+			ss.setLastRoute(targetRejected, p.rejected, "0", "")
 		}
-		stage, rolledBack := ss.srv.rollout.get()
-		var err error
-		if class, err = resolveClass(ss.route, name, stage, rolledBack); err != nil {
-			return nil, ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
-				Code: codeInvalidParameter, Message: "pg-kinetic: " + err.Error()}, open)
-		}
-		fallback = class.fallback
-		switch {
-		case class.primary && (u.read || u.txStart):
-			u.read, u.txStart, u.reason = false, false, class.reason
-		case class.staleOK:
-			u.staleOK = true
-		}
+		return nil, ss.failUnit(p.fail, open)
 	}
-
-	// What a read needs from a replica (SPEC §5). Positions are read
-	// before any lock is taken; strict-fresh costs a round trip here.
-	var req freshness.Requirement
-	var primaryV health.Verdict
-	fresh := ss.freshnessOn()
-	if fresh {
-		primaryV, _ = ss.srv.primaryVerdict(ss.route)
-	}
-	if fresh && !u.read && !u.txStart && primaryV.RoleMismatch() {
-		// The configured primary is in recovery: writes fail closed,
-		// they go neither to it nor to any replica (SPEC §5, §7).
-		ss.setLastRoute(targetRejected, reasonSplitBrain, "0", "")
-		return nil, ss.failUnit(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
-			Code: codeReadOnlyTx, Message: "pg-kinetic: the configured primary is in recovery; writes fail closed",
-			Detail: "server " + ss.route.Primary.Address + " reports pg_is_in_recovery() = true (split brain)"}, open)
-	}
-	// Inside a transaction block the unit stays where it is: the positions
-	// do not matter.
-	routable := fresh && (u.read || u.txStart) && !u.hintPrim && !ss.staysPut(u)
-	if routable && (!ss.waitCaptures() || ss.owesCapture()) {
-		// The session's latest position is not known: only the primary
-		// is provably fresh.
-		u.read, u.txStart, u.reason = false, false, reasonReadYourWrites
-	}
-	if routable && (u.read || u.txStart) {
-		req = ss.readRequirement(u, primaryV)
-		if u.strict {
-			pos, ok := ss.strictPosition()
-			if !ok {
-				u.read, u.txStart, u.reason = false, false, reasonStrictFresh
-			} else {
-				if tokenLess(req.Floor, pos) {
-					req.Floor = pos
-				}
-				req.Strict = true
-			}
-		}
-	}
-	if sticky := ss.route.Freshness.StickyPrimaryWindow(); sticky > 0 && (u.read || u.txStart) {
-		ss.mu.Lock()
-		recent := time.Since(ss.lastWrite) < sticky
-		ss.mu.Unlock()
-		if recent {
-			// A minimum time on the primary after a write, never an
-			// expiry of the token rules that follow it.
-			u.read, u.txStart, u.reason = false, false, reasonReadYourWrites
-		}
-	}
+	u, class, fallback, req := p.unit, p.class, p.fallback, p.req
 
 	var d decision
 	var l *link
 	tried := map[string]bool{}
-	waited, boundTried, refreshed := false, false, false
+	ff := fallbackFacts{fallback: fallback, needsFloor: ss.needsFloor(u), primaryInRecovery: primaryV.RoleMismatch()}
 	for {
-		ss.mu.Lock()
-		for ss.pending > 0 && !ss.killed && ss.cur != nil && !ss.cur.dead {
-			s := ss.sessionInfoLocked()
-			s.fallback = fallback
-			d = ss.decideLocked(s, u, tried, req)
-			if d.target != targetRejected && ss.cur == ss.linkFor(d) && (u.read || !ss.cur.replica) && !ss.movedEffects {
-				// Same server: pipelining may continue. (Not a write
-				// after units on a replica: whether a transaction is still
-				// open there is known when they are answered. Nor after a
-				// unit whose SETs ran partly on a replica: the session's
-				// settings are known, and replayed here, when it ends.)
-				break
-			}
-			ss.cond.Wait() // results from another server are still arriving
-		}
-		if ss.killed {
-			ss.mu.Unlock()
+		ff.hurried = false
+		var retryable, killed bool
+		if d, retryable, killed = ss.decideWhenReady(u, tried, req, fallback, open); killed {
 			return nil, nil
 		}
-		s := ss.sessionInfoLocked()
-		s.fallback = fallback
-		d = ss.decideLocked(s, u, tried, req)
-		retryable := d.target == targetReplica && u.read && !u.txStart && !s.inTx && !open && ss.deferred == ""
-		ss.mu.Unlock()
 
-		fellBack := d.target != targetReplica && isFallback(d.reason)
-		if fellBack && !refreshed && d.reason == reasonReadYourWrites && ss.needsFloor(u) {
-			// The last probe saw the replicas behind, or only the one
-			// the session read from may serve it: they are likely past
-			// the floor by now. Ask them (one round trip) and decide
-			// again.
-			refreshed = true
-			if raised, changed := ss.refreshReplicas(req); changed {
-				if !raised.IsZero() {
-					req.Floor = mergeExternal(req.Floor, raised, req.PrimaryTimeline)
-				}
-				continue
-			}
-		}
-		if fellBack && !boundTried && ss.needsFloor(u) && ss.seenBlockedNow() {
-			// Only the replica it read from may serve it, and that one
-			// cannot: bound what it saw with the primary's position.
-			boundTried = true
-			if ss.boundSeenByPrimary() {
-				if r := ss.readRequirement(u, primaryV); tokenLess(req.Floor, r.Floor) {
-					req.Floor = r.Floor
-				}
-				continue
-			}
-		}
-		if fellBack {
-			ss.hurrySeen(req) // so the next reads find a replica fresh
-		}
-		if fellBack && !waited && fallback == config.FallbackWait {
-			// fallback_policy = "wait": give the replicas up to
-			// read_after_write_timeout_ms to qualify, then decide again.
-			waited = true
-			if ss.waitForReplica(req) {
-				continue
-			}
-		}
-		if d.target == targetPrimary && fellBack {
-			if primaryV.RoleMismatch() {
-				d = decision{target: targetRejected, reason: reasonSplitBrain}
-			} else if slot, ok := ss.srv.takeFallback(ss.route); !ok {
-				d = decision{target: targetRejected, reason: reasonFallbackOverload}
-			} else {
-				ss.mu.Lock()
-				ss.holdFallbackLocked(slot)
-				ss.mu.Unlock()
-				if u.staleOK {
-					ss.send(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "01000",
-						Message: "pg-kinetic: degraded: this read was served by the primary", Detail: "cause: " + d.reason})
-				}
-			}
+		// A read that fell back: the steps before the primary serves it
+		// (route.go: planFallback).
+		if redecide := ss.fallBack(&d, u, &req, primaryV, &ff); redecide {
+			continue
 		}
 		if d.target == targetRejected {
 			return nil, ss.reject(d, open)
@@ -1127,59 +998,15 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 			ss.mu.Unlock()
 		}
 		if !retryable {
-			err := ss.buffer(l, b)
-			if err == nil {
-				err = ss.afterUnit(l, u, open)
-			}
-			if err == nil && l.conn.W.Flush() != nil {
-				err = errServerGone
-			}
-			if err == nil && ss.linkDead(l) {
-				// Its reader ended before buffer made l the session's
-				// current link, so linkFailed took it for an idle one:
-				// nobody will answer this unit.
-				err = fatalf(codeConnectionFailure, "pg-kinetic: lost the connection to the server")
-			}
-			if !open || err != nil {
-				ss.unclaim(l) // an open unit keeps its claim until endStream
-			}
-			if err != nil {
+			if err := ss.sendUnit(l, b, u, open); err != nil {
 				return nil, err
 			}
 			return l, nil
 		}
-		// A safe read on a replica: if the replica fails before the first
-		// byte of the answer reached the client, run it once elsewhere.
-		ss.mu.Lock()
-		ss.awaiting, ss.answered = l, false
-		ss.mu.Unlock()
-		l.awaitingFirst.Store(true)
-		err := ss.buffer(l, b)
-		if err == nil {
-			err = ss.afterUnit(l, u, open)
-		}
-		if err == nil && l.conn.W.Flush() != nil {
-			err = errServerGone
-		}
-		ss.unclaim(l)
-		if err != nil && !errors.Is(err, errServerGone) {
+		lost, err := ss.sendRetryable(l, b, u, open)
+		if err != nil {
 			return nil, err
 		}
-		ss.mu.Lock()
-		for !ss.answered && !l.dead && !ss.killed {
-			ss.cond.Wait()
-		}
-		lost := l.dead && !ss.answered && !ss.killed
-		ss.awaiting = nil
-		l.awaitingFirst.Store(false)
-		if lost {
-			// Its ReadyForQuery will never come; forget what we counted.
-			ss.pending -= countSyncs(b)
-			ss.unitSeq -= uint64(countSyncs(b)) // it runs again elsewhere
-			ss.unsynced = false
-			ss.cur = nil
-		}
-		ss.mu.Unlock()
 		if !lost {
 			return l, nil
 		}
@@ -1319,17 +1146,6 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 	return nil
 }
 
-// isFallback reports whether a decision's reason means "a replica could
-// not serve this read" (as opposed to a read that belongs on the primary).
-func isFallback(reason string) bool {
-	switch reason {
-	case reasonReplicaUnavailable, reasonReadYourWrites, reasonStrictFresh, "lag_exceeded", "lag_unknown",
-		reasonSplitBrain, "timeline_changed":
-		return true
-	}
-	return false
-}
-
 // countSyncs is the number of ReadyForQuery messages a batch asks for.
 func countSyncs(b *batch) int {
 	n := 0
@@ -1339,6 +1155,202 @@ func countSyncs(b *batch) int {
 		}
 	}
 	return n
+}
+
+// sendUnit writes unit b to l, with what l needs before it and the
+// position query after it, and flushes. An open unit (no Sync yet) keeps
+// its claim on l until its end (endStream).
+func (ss *session) sendUnit(l *link, b *batch, u unitInfo, open bool) error {
+	err := ss.buffer(l, b)
+	if err == nil {
+		err = ss.afterUnit(l, u, open)
+	}
+	if err == nil && l.conn.W.Flush() != nil {
+		err = errServerGone
+	}
+	if err == nil && ss.linkDead(l) {
+		// Its reader ended before buffer made l the session's current
+		// link, so linkFailed took it for an idle one: nobody will answer
+		// this unit.
+		err = fatalf(codeConnectionFailure, "pg-kinetic: lost the connection to the server")
+	}
+	if !open || err != nil {
+		ss.unclaim(l)
+	}
+	return err
+}
+
+// sendRetryable writes a safe read to replica link l and waits until the
+// first byte of its answer reached the client. lost reports that the
+// replica failed before that: nothing reached the client, and the read
+// may run once elsewhere (its counts are taken back).
+func (ss *session) sendRetryable(l *link, b *batch, u unitInfo, open bool) (lost bool, err error) {
+	ss.mu.Lock()
+	ss.awaiting, ss.answered = l, false
+	ss.mu.Unlock()
+	l.awaitingFirst.Store(true)
+	err = ss.buffer(l, b)
+	if err == nil {
+		err = ss.afterUnit(l, u, open)
+	}
+	if err == nil && l.conn.W.Flush() != nil {
+		err = errServerGone
+	}
+	ss.unclaim(l)
+	if err != nil && !errors.Is(err, errServerGone) {
+		return false, err
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for !ss.answered && !l.dead && !ss.killed {
+		ss.cond.Wait()
+	}
+	lost = l.dead && !ss.answered && !ss.killed
+	ss.awaiting = nil
+	l.awaitingFirst.Store(false)
+	if lost {
+		// Its ReadyForQuery will never come; forget what we counted.
+		ss.pending -= countSyncs(b)
+		ss.unitSeq -= uint64(countSyncs(b)) // it runs again elsewhere
+		ss.unsynced = false
+		ss.cur = nil
+	}
+	return lost, nil
+}
+
+// decideWhenReady decides where unit u goes, once the units in flight
+// allow it: a unit for another server than the one still answering waits
+// for those answers (results reach the client in order). retryable is
+// whether the read may run again elsewhere if its replica fails before
+// answering; killed, that the session ended meanwhile.
+func (ss *session) decideWhenReady(u unitInfo, tried map[string]bool, req freshness.Requirement, fallback string, open bool) (d decision, retryable, killed bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for ss.pending > 0 && !ss.killed && ss.cur != nil && !ss.cur.dead {
+		s := ss.sessionInfoLocked()
+		s.fallback = fallback
+		d = ss.decideLocked(s, u, tried, req)
+		if d.target != targetRejected && ss.cur == ss.linkFor(d) && (u.read || !ss.cur.replica) && !ss.movedEffects {
+			// Same server: pipelining may continue. (Not a write after
+			// units on a replica: whether a transaction is still open
+			// there is known when they are answered. Nor after a unit
+			// whose SETs ran partly on a replica: the session's settings
+			// are known, and replayed here, when it ends.)
+			break
+		}
+		ss.cond.Wait() // results from another server are still arriving
+	}
+	if ss.killed {
+		return d, false, true
+	}
+	s := ss.sessionInfoLocked()
+	s.fallback = fallback
+	d = ss.decideLocked(s, u, tried, req)
+	retryable = d.target == targetReplica && u.read && !u.txStart && !s.inTx && !open && ss.deferred == ""
+	return d, retryable, false
+}
+
+// fallBack takes the steps planFallback gives a decision d that fell back
+// from the replicas, until it is to be carried out (d may become a
+// rejection) or the unit is to be decided again (redecide: a replica may
+// serve it now).
+func (ss *session) fallBack(d *decision, u unitInfo, req *freshness.Requirement, primaryV health.Verdict, f *fallbackFacts) (redecide bool) {
+	for {
+		if f.needsFloor && !f.boundTried {
+			f.seenBlocked = ss.seenBlockedNow()
+		}
+		st := planFallback(*d, u, *f)
+		if st.hurry {
+			f.hurried = true
+			ss.hurrySeen(*req) // so the next reads find a replica fresh
+		}
+		if st.reject != "" {
+			*d = decision{target: targetRejected, reason: st.reject}
+		}
+		switch st.action {
+		case fallbackGo:
+			return false
+		case fallbackRefresh:
+			f.refreshed = true
+			if raised, changed := ss.refreshReplicas(*req); changed {
+				if !raised.IsZero() {
+					req.Floor = mergeExternal(req.Floor, raised, req.PrimaryTimeline)
+				}
+				return true
+			}
+		case fallbackBound:
+			f.boundTried = true
+			if ss.boundSeenByPrimary() {
+				if r := ss.readRequirement(u, primaryV); req.Floor.Less(r.Floor) {
+					req.Floor = r.Floor
+				}
+				return true
+			}
+		case fallbackWait:
+			f.waited = true
+			if ss.waitForReplica(*req) {
+				return true
+			}
+		case fallbackPrimary:
+			slot, ok := ss.srv.takeFallback(ss.route)
+			if !ok {
+				*d = decision{target: targetRejected, reason: reasonFallbackOverload}
+				return false
+			}
+			ss.mu.Lock()
+			ss.holdFallbackLocked(slot)
+			ss.mu.Unlock()
+			if st.notice {
+				ss.send(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "01000",
+					Message: "pg-kinetic: degraded: this read was served by the primary", Detail: "cause: " + d.reason})
+			}
+			return false
+		}
+	}
+}
+
+// plan runs planUnit for u, gathering the facts that cost I/O only when
+// it asks for them. It returns the primary's verdict too, for the rules
+// after a decision (planFallback).
+func (ss *session) plan(u unitInfo) (unitPlan, health.Verdict) {
+	f, primaryV := ss.unitFacts(u)
+	p := planUnit(f)
+	for ; p.need != needNothing; p = planUnit(f) {
+		switch p.need {
+		case needPosition:
+			// (The session's positions are read after its captures
+			// answered: they move the token.)
+			f.positionAsked, f.positionKnown = true, ss.waitCaptures() && !ss.owesCapture()
+			ss.mu.Lock()
+			f.floor, f.token, f.minLSN = ss.floor, ss.token, ss.minLSN
+			ss.mu.Unlock()
+		case needStrict:
+			f.strictAsked = true
+			f.strictPos, f.strictOK = ss.strictPosition()
+		}
+	}
+	return p, primaryV
+}
+
+// unitFacts gathers what planUnit needs that costs no I/O, and the
+// primary's verdict the fallback rules use after it.
+func (ss *session) unitFacts(u unitInfo) (unitFacts, health.Verdict) {
+	f := unitFacts{unit: u, route: ss.route, fresh: ss.freshnessOn(), queryClass: ss.queryClass}
+	if !f.fresh {
+		return f, health.Verdict{}
+	}
+	var primaryV health.Verdict
+	primaryV, _ = ss.srv.primaryVerdict(ss.route)
+	f.primaryTimeline, f.primaryInRecovery = primaryV.Timeline, primaryV.RoleMismatch()
+	f.stage, f.rolledBack = ss.srv.rollout.get()
+	f.staysPut = (u.read || u.txStart) && ss.staysPut(u)
+	sticky := ss.route.Freshness.StickyPrimaryWindow()
+	if sticky > 0 {
+		ss.mu.Lock()
+		f.sticky = time.Since(ss.lastWrite) < sticky
+		ss.mu.Unlock()
+	}
+	return f, primaryV
 }
 
 // staysPut reports whether decide will keep u where the session's
@@ -1534,7 +1546,7 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 	if d.Hints.MinLSN != "" {
 		if t, err := freshness.ParseToken(d.Hints.MinLSN); err != nil {
 			u.hintErr = "pg-kinetic: invalid min_lsn hint " + strconv.Quote(d.Hints.MinLSN) + ": " + err.Error()
-		} else if tokenLess(u.minLSN, t) {
+		} else if u.minLSN.Less(t) {
 			u.minLSN = t
 		}
 	}
@@ -1594,37 +1606,6 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 			reason = reasonWrite
 		}
 		u.reason = reason
-	}
-}
-
-// recordRoute remembers a unit's route for SHOW pg_kinetic.last_route and
-// the session's pinning effects.
-func (ss *session) recordRoute(d decision, ds []*classified) {
-	target := d.target
-	lag := "0"
-	if target == targetReplica {
-		lag = strconv.FormatInt(d.lagMS, 10)
-		if d.lagMS < 0 {
-			lag = "unknown"
-		}
-	}
-	class := ""
-	for _, dec := range ds {
-		if dec.Hints.Class != "" {
-			class = dec.Hints.Class
-			break
-		}
-	}
-	if class == "" {
-		class = ss.queryClass
-	}
-	ss.setLastRoute(target, d.reason, lag, class)
-	ss.recordEffects(ds)
-	for _, dec := range ds {
-		if containsFold(dec.text, "pg_terminate_backend") {
-			ss.srv.terminations.Add(1)
-			break
-		}
 	}
 }
 

@@ -47,7 +47,7 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr s
 	if ok {
 		switch kind {
 		case captureWrite:
-			if tokenLess(ss.token, tok) {
+			if ss.token.Less(tok) {
 				ss.token = tok
 				status2 = &pgproto3.ParameterStatus{Name: "pg_kinetic.write_lsn", Value: tok.String()}
 			}
@@ -205,18 +205,10 @@ func (ss *session) positionsLostLocked(l *link) {
 	ss.cond.Broadcast()
 }
 
-// tokenLess orders tokens by timeline, then position.
-func tokenLess(a, b freshness.Token) bool {
-	if a.Timeline != b.Timeline {
-		return a.Timeline < b.Timeline
-	}
-	return a.LSN < b.LSN
-}
-
 // raiseFloorLocked moves the monotonic-read floor up to t. Callers hold
 // ss.mu.
 func (ss *session) raiseFloorLocked(t freshness.Token) {
-	if tokenLess(ss.floor, t) {
+	if ss.floor.Less(t) {
 		ss.floor = t
 	}
 }
@@ -224,37 +216,45 @@ func (ss *session) raiseFloorLocked(t freshness.Token) {
 // readRequirement is what a read of this session needs from a replica
 // (SPEC §5), given the route's policy and the unit's hints.
 func (ss *session) readRequirement(u unitInfo, primary health.Verdict) freshness.Requirement {
-	f := ss.route.Freshness
-	req := freshness.Requirement{VerdictTTL: ss.route.HA.VerdictTTL(), PrimaryTimeline: primary.Timeline}
-	lagBudget, floor := false, false
+	ss.mu.Lock()
+	floor, token, minLSN := ss.floor, ss.token, ss.minLSN
+	ss.mu.Unlock()
+	return requirement(ss.route, u, primary.Timeline, floor, token, minLSN)
+}
+
+// requirement is readRequirement over its facts (pure): the route's
+// freshness policy, the unit's hints, the primary's timeline and the
+// session's floor, write token and SET pg_kinetic.min_lsn.
+func requirement(rt *config.Route, u unitInfo, primaryTimeline uint32, floor, token, minLSN freshness.Token) freshness.Requirement {
+	f := rt.Freshness
+	req := freshness.Requirement{VerdictTTL: rt.HA.VerdictTTL(), PrimaryTimeline: primaryTimeline}
+	lagBudget, useFloor := false, false
 	switch f.FreshnessPolicy {
 	case config.FreshnessMaxLag:
 		lagBudget = true
 	case config.FreshnessSessionWriteLSN:
-		floor = true
+		useFloor = true
 	case config.FreshnessSessionWriteLSNAndMax:
-		lagBudget, floor = true, true
+		lagBudget, useFloor = true, true
 	}
 	if u.staleOK {
 		// Bounded staleness: the lag budget, not the session's writes.
-		lagBudget, floor = true, false
+		lagBudget, useFloor = true, false
 	}
 	if lagBudget {
 		req.MaxLagMS, req.MaxLagBytes = int64(f.MaxReplicaLagMS), f.MaxReplicaLagBytes
 	}
-	ss.mu.Lock()
-	if floor {
+	if useFloor {
 		// The session's own positions: a newer timeline supersedes an
 		// older one, because the session has since read from the new
 		// primary (that is how its floor got there).
-		req.Floor = ss.floor
-		if tokenLess(req.Floor, ss.token) {
-			req.Floor = ss.token
+		req.Floor = floor
+		if req.Floor.Less(token) {
+			req.Floor = token
 		}
 	}
-	req.Floor = mergeExternal(req.Floor, ss.minLSN, primary.Timeline)
-	ss.mu.Unlock()
-	req.Floor = mergeExternal(req.Floor, u.minLSN, primary.Timeline)
+	req.Floor = mergeExternal(req.Floor, minLSN, primaryTimeline)
+	req.Floor = mergeExternal(req.Floor, u.minLSN, primaryTimeline)
 	return req
 }
 

@@ -102,8 +102,7 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 		}
 		return true, ss.sendTag(tag, 'I')
 	case ss.deferred != "" && ss.txStatus() == 'E':
-		return true, ss.send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeInFailedTx,
-			Message: "current transaction is aborted, commands ignored until end of transaction block"},
+		return true, ss.send(errorf(codeInFailedTx, "current transaction is aborted, commands ignored until end of transaction block"),
 			&pgproto3.ReadyForQuery{TxStatus: 'E'})
 	}
 	return false, nil
@@ -151,10 +150,7 @@ func (ss *session) queryNotForwarded() {
 // the caller then drops messages until Sync, as a server would.
 func (ss *session) reject(d decision, open bool) error {
 	ss.setLastRoute(targetRejected, d.reason, "0", ss.queryClass)
-	return ss.failUnit(&pgproto3.ErrorResponse{
-		Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeConsistency,
-		Message: consistencyMessage, Detail: "cause: " + d.reason,
-	}, open)
+	return ss.failUnit(withDetail(errorf(codeConsistency, consistencyMessage), "cause: "+d.reason), open)
 }
 
 // failUnit answers a unit with an error of the proxy's own, after every
@@ -262,9 +258,7 @@ func (ss *session) kineticShow(name string) (string, *pgproto3.ErrorResponse) {
 	}
 	if !ss.waitCaptures() && name == "pg_kinetic.write_lsn" {
 		// An older token would not cover the session's last write.
-		return "", &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR",
-			Code: codeObjectNotInPrerequisiteState, Message: "pg-kinetic: the session's write position is not known yet",
-			Hint: "Try again."}
+		return "", withHint(errorf(codeObjectNotInPrerequisiteState, "pg-kinetic: the session's write position is not known yet"), "Try again.")
 	}
 	ss.mu.Lock()
 	t := ss.token
@@ -284,7 +278,7 @@ func (ss *session) kineticShow(name string) (string, *pgproto3.ErrorResponse) {
 func (ss *session) kineticSet(set classify.Setting) (string, *pgproto3.ErrorResponse) {
 	name := strings.ToLower(set.Name)
 	fail := func(code, msg string) (string, *pgproto3.ErrorResponse) {
-		return "", &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code, Message: msg}
+		return "", errorf(code, "%s", msg)
 	}
 	switch name {
 	case "pg_kinetic.min_lsn":

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"encoding/binary"
-	"fmt"
 	"strings"
 	"time"
 
@@ -411,7 +410,7 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 		ss.kstmts, ss.kportals = map[string]kcmd{}, map[string]kportal{}
 	}
 	protoErr := func(code, format string, args ...any) *pgproto3.ErrorResponse {
-		return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code, Message: fmt.Sprintf(format, args...)}
+		return errorf(code, format, args...)
 	}
 	send := func(msgs ...wire.Encoder) *pgproto3.ErrorResponse {
 		if err := ss.send(msgs...); err != nil {
@@ -536,8 +535,7 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 
 // abortedTx is PostgreSQL's answer to a statement in a failed transaction.
 func abortedTx() *pgproto3.ErrorResponse {
-	return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeInFailedTx,
-		Message: "current transaction is aborted, commands ignored until end of transaction block"}
+	return errorf(codeInFailedTx, "current transaction is aborted, commands ignored until end of transaction block")
 }
 
 // rowDescription describes SHOW's one text column.

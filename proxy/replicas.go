@@ -273,18 +273,9 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 	if gone != nil {
 		ss.detach(gone, false) // frees its pool slot
 	}
-	buser, bpass := ss.userCfg.Backend()
-	cred := pool.Credentials{User: buser, Password: bpass, Database: ss.route.BackendDB()}
-	p, err := ss.srv.pools.Get(pool.Key{Addr: addr, User: buser, Database: cred.Database}, pool.Options{
-		Size:           ss.route.Pool.Size,
-		AcquireTimeout: ss.route.Pool.AcquireTimeout(),
-		Credentials:    cred,
-		NoReset:        ss.txPool,
-		CheckAfter:     ss.checkAfter(),
-		// A read must not wait long for a replica that does not answer:
-		// the primary or another replica can serve it.
-		Dialer: pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: replicaDialTimeout(ss.route, ss.srv.opts.connectTimeout)},
-	})
+	// A read must not wait long for a replica that does not answer: the
+	// primary or another replica can serve it.
+	p, err := ss.pool(addr, replicaDialTimeout(ss.route, ss.srv.opts.connectTimeout))
 	if err != nil {
 		return nil, err
 	}

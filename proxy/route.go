@@ -1,31 +1,39 @@
 package proxy
 
 import (
+	"github.com/jackc/pgx/v5/pgproto3"
+
 	"github.com/pg-kinetic/pg-kinetic/config"
 	"github.com/pg-kinetic/pg-kinetic/freshness"
 )
 
-// Targets and reasons use SPEC §8's vocabulary.
+// Targets and reasons use SPEC §8's vocabulary: one constant per word.
+// The words for a replica that may not serve a read are freshness's
+// (Eligible returns them); the others are the router's own.
 const (
 	targetPrimary  = "primary"
 	targetReplica  = "replica"
 	targetRejected = "rejected"
 
-	reasonRead               = "read"
-	reasonWrite              = "write"
-	reasonHintPrimary        = "hint_primary"
-	reasonInTransaction      = "in_transaction"
-	reasonSessionPinned      = "session_pinned"
-	reasonReplicaUnavailable = "replica_unavailable"
-	reasonRoutingOff         = "routing_off"
-	reasonUnclassified       = "unclassified"
-	reasonReadYourWrites     = "read_your_writes"
-	reasonStrictFresh        = "strict_fresh"
-	reasonSplitBrain         = "split_brain"
-	reasonFallbackOverload   = "fallback_overload"
-	reasonClassPrimaryOnly   = "class_primary_only"
-	reasonClassNotEnabled    = "class_not_enabled"
-	reasonRollback           = "rollback"
+	reasonRead             = "read"
+	reasonWrite            = "write"
+	reasonHintPrimary      = "hint_primary"
+	reasonInTransaction    = "in_transaction"
+	reasonSessionPinned    = "session_pinned"
+	reasonRoutingOff       = "routing_off"
+	reasonUnclassified     = "unclassified"
+	reasonFallbackOverload = "fallback_overload"
+	reasonClassPrimaryOnly = "class_primary_only"
+	reasonClassNotEnabled  = "class_not_enabled"
+	reasonRollback         = "rollback"
+
+	reasonReplicaUnavailable = freshness.ReasonReplicaUnavailable
+	reasonReadYourWrites     = freshness.ReasonReadYourWrites
+	reasonStrictFresh        = freshness.ReasonStrictFresh
+	reasonSplitBrain         = freshness.ReasonSplitBrain
+	reasonLagExceeded        = freshness.ReasonLagExceeded
+	reasonLagUnknown         = freshness.ReasonLagUnknown
+	reasonTimelineChanged    = freshness.ReasonTimelineChanged
 )
 
 // candidate is a replica of the route as the router sees it for one unit.
@@ -161,7 +169,7 @@ func decide(s sessionInfo, u unitInfo, cands []candidate, rnd float64) decision 
 // not depend on which replica comes first in the config.
 func reasonWeight(reason string) int {
 	switch reason {
-	case reasonSplitBrain, "timeline_changed":
+	case reasonSplitBrain, reasonTimelineChanged:
 		return 2
 	case reasonReplicaUnavailable:
 		return 0
@@ -175,4 +183,237 @@ func reasonWeight(reason string) int {
 // that accepts every statement; units are routed on top of this binding.
 func decideSessionServer(r *config.Route) decision {
 	return decision{target: targetPrimary, addr: r.Primary.Address, reason: reasonRoutingOff}
+}
+
+// What a unit's plan asks the caller for: facts that cost I/O, needed
+// only when the rules before them leave the unit a read for a replica.
+type planNeed int
+
+const (
+	needNothing  planNeed = iota
+	needPosition          // the session's latest write position (its captures answered, no debt)
+	needStrict            // the primary's current WAL position, for a strict-fresh read
+)
+
+// unitFacts are what routing one unit depends on before a server is
+// chosen. Those that cost I/O start unknown; planUnit asks for them
+// (unitPlan.need) and the caller fills them in.
+type unitFacts struct {
+	unit       unitInfo
+	route      *config.Route
+	fresh      bool   // read routing is on for the route and it has replicas (freshnessOn)
+	queryClass string // SET pg_kinetic.query_class: the session's class when the unit declares none
+	stage      int    // the rollout stage in force, and whether it was rolled back (SPEC §6)
+	rolledBack bool
+	// The configured primary's latest verdict: its timeline, and whether
+	// it reports pg_is_in_recovery() (split brain).
+	primaryTimeline   uint32
+	primaryInRecovery bool
+	staysPut          bool // the unit stays in the transaction block open on its server (staysPut)
+	sticky            bool // a write within sticky_primary_window_ms
+	// needPosition: whether the session's latest write position is known,
+	// and its freshness state then (fresh.go): the monotonic-read floor,
+	// the write token, SET pg_kinetic.min_lsn.
+	positionAsked, positionKnown bool
+	floor, token, minLSN         freshness.Token
+
+	strictAsked, strictOK bool // needStrict
+	strictPos             freshness.Token
+}
+
+// unitPlan is what planUnit decides for a unit before a server is chosen.
+type unitPlan struct {
+	// unit is the unit as routing sees it: read and txStart cleared, and
+	// reason set, when a rule sends it to the primary.
+	unit     unitInfo
+	class    classPolicy // the class policy in force (zero when none applies)
+	fallback string      // the fallback_policy that applies to it
+	// fail, when set, is the error the unit fails with instead of being
+	// routed; rejected is then the reason SHOW pg_kinetic.last_route
+	// reports for it ("" to leave last_route alone).
+	fail     *pgproto3.ErrorResponse
+	rejected string
+	req      freshness.Requirement // what a read needs from a replica (SPEC §5)
+	need     planNeed              // a fact to gather before planning again; needNothing when done
+}
+
+// planUnit applies, in order, the rules of SPEC §3–§7 that decide a unit's
+// routing before any server is chosen. It is pure: everything it depends
+// on is in f, and the facts that cost I/O are asked for (need) only when a
+// rule before them leaves the unit a read for a replica. The caller loops:
+//
+//	for p = planUnit(f); p.need != needNothing; p = planUnit(f) { gather p.need into f }
+//
+// and then chooses a server with decide. Worked examples (prefer_replica,
+// fallback primary, freshness session_write_lsn):
+//
+//	SELECT, class analytics (primary_only)            -> primary, "class_primary_only"
+//	SELECT, class reports (stage 2), rollout stage 1  -> primary, "class_not_enabled"
+//	SELECT, class=nosuch hint                         -> fails 22023 "unknown query class"
+//	INSERT while the primary reports recovery         -> fails 25006, last_route rejected split_brain
+//	SELECT, captures still unanswered                 -> need position; unknown -> primary, "read_your_writes"
+//	SELECT strict, primary position read              -> floor raised to it, Strict set
+//	SELECT strict, primary position unknown           -> primary, "strict_fresh"
+//	SELECT within sticky_primary_window after a write -> primary, "read_your_writes"
+//	SELECT inside BEGIN on its server                 -> unchanged (decide keeps it there), no I/O asked
+func planUnit(f unitFacts) unitPlan {
+	u := f.unit
+	p := unitPlan{fallback: f.route.ReadRouting.FallbackPolicy}
+	toPrimary := func(reason string) { u.read, u.txStart, u.reason = false, false, reason }
+
+	// The unit's query class and the rollout decide whether a read may
+	// leave the primary at all (SPEC §6).
+	if f.fresh && (u.read || u.txStart || u.class != "") {
+		name := u.class
+		if name == "" {
+			name = f.queryClass
+		}
+		class, err := resolveClass(f.route, name, f.stage, f.rolledBack)
+		if err != nil {
+			p.fail = errorf(codeInvalidParameter, "pg-kinetic: %s", err.Error())
+			p.unit = u
+			return p
+		}
+		p.class, p.fallback = class, class.fallback
+		switch {
+		case class.primary && (u.read || u.txStart):
+			toPrimary(class.reason)
+		case class.staleOK:
+			u.staleOK = true
+		}
+	}
+	if f.fresh && !u.read && !u.txStart && f.primaryInRecovery {
+		// The configured primary is in recovery: writes fail closed, they
+		// go neither to it nor to any replica (SPEC §5, §7).
+		p.fail = withDetail(errorf(codeReadOnlyTx, "pg-kinetic: the configured primary is in recovery; writes fail closed"),
+			"server "+f.route.Primary.Address+" reports pg_is_in_recovery() = true (split brain)")
+		p.rejected = reasonSplitBrain
+		p.unit = u
+		return p
+	}
+	// Inside a transaction block the unit stays where it is: positions do
+	// not matter, and none is asked for.
+	routable := f.fresh && (u.read || u.txStart) && !u.hintPrim && !f.staysPut
+	if routable {
+		if !f.positionAsked {
+			p.need, p.unit = needPosition, u
+			return p
+		}
+		if !f.positionKnown {
+			// The session's latest position is not known: only the
+			// primary is provably fresh.
+			toPrimary(reasonReadYourWrites)
+		}
+	}
+	if routable && (u.read || u.txStart) {
+		p.req = requirement(f.route, u, f.primaryTimeline, f.floor, f.token, f.minLSN)
+		if u.strict {
+			switch {
+			case !f.strictAsked:
+				p.need, p.unit = needStrict, u
+				return p
+			case !f.strictOK:
+				toPrimary(reasonStrictFresh)
+			default:
+				if p.req.Floor.Less(f.strictPos) {
+					p.req.Floor = f.strictPos
+				}
+				p.req.Strict = true
+			}
+		}
+	}
+	if f.sticky && (u.read || u.txStart) {
+		// A minimum time on the primary after a write, never an expiry of
+		// the token rules before it.
+		toPrimary(reasonReadYourWrites)
+	}
+	p.unit = u
+	return p
+}
+
+// What routing does about a decision that fell back from the replicas
+// (planFallback).
+type fallbackAction int
+
+const (
+	fallbackGo      fallbackAction = iota // route as decided
+	fallbackRefresh                       // ask the replicas their replay positions; decide again if one moved
+	fallbackBound                         // bound what the session saw with the primary's position; decide again
+	fallbackWait                          // fallback_policy "wait": up to read_after_write_timeout_ms for a replica
+	fallbackPrimary                       // to the primary: take a max_primary_fallback_inflight slot, or reject fallback_overload
+)
+
+// fallbackFacts are what planFallback depends on besides the decision:
+// the session's and the route's state, and the steps already taken for
+// this unit (each is taken once).
+type fallbackFacts struct {
+	fallback          string // the fallback_policy that applies (unitPlan.fallback)
+	needsFloor        bool   // the read must see the session's writes (needsFloor)
+	seenBlocked       bool   // only the replicas the session read from may serve it, and they cannot (restrictToSeenLocked)
+	primaryInRecovery bool   // the configured primary reports pg_is_in_recovery()
+	refreshed         bool   // fallbackRefresh was taken
+	boundTried        bool   // fallbackBound was taken
+	waited            bool   // fallbackWait was taken
+	hurried           bool   // the replicas were hurried since the last decision
+}
+
+// fallbackStep is planFallback's answer.
+type fallbackStep struct {
+	action fallbackAction
+	reject string // when set: the unit is rejected for this reason instead
+	hurry  bool   // ask the replicas the session needs for their positions soon, so the next reads find one fresh
+	notice bool   // with fallbackPrimary: a stale-tolerant read served by the primary says so (NOTICE 01000)
+}
+
+// planFallback decides, for a decision d on unit u, the next step before
+// it is carried out (SPEC §5, §7). It is pure; the caller takes the step,
+// records it in f and asks again, until fallbackGo (or fallbackPrimary, the
+// last). Worked examples (prefer_replica, session_write_lsn):
+//
+//	replica chosen                                        -> go
+//	primary, read_your_writes, first time                 -> refresh (one round trip to the replicas)
+//	primary, read_your_writes, refreshed, seen replica behind -> bound with the primary's position
+//	primary, replica_unavailable, fallback primary        -> hurry; take a fallback slot
+//	primary, lag_exceeded, fallback wait, not yet waited  -> hurry; wait for a replica
+//	primary, replica_unavailable, primary in recovery     -> rejected split_brain
+//	primary, write                                        -> go (not a fallback)
+func planFallback(d decision, u unitInfo, f fallbackFacts) fallbackStep {
+	if d.target == targetReplica || !isFallback(d.reason) {
+		return fallbackStep{action: fallbackGo}
+	}
+	switch {
+	case !f.refreshed && d.reason == reasonReadYourWrites && f.needsFloor:
+		// The last probe saw the replicas behind, or only the one the
+		// session read from may serve it: they are likely past the floor
+		// by now.
+		return fallbackStep{action: fallbackRefresh}
+	case !f.boundTried && f.needsFloor && f.seenBlocked:
+		// Only the replica it read from may serve it, and that one
+		// cannot: bound what it saw with the primary's position.
+		return fallbackStep{action: fallbackBound}
+	}
+	st := fallbackStep{hurry: !f.hurried}
+	switch {
+	case !f.waited && f.fallback == config.FallbackWait:
+		st.action = fallbackWait
+	case d.target != targetPrimary:
+		st.action = fallbackGo // rejected already (require_replica, fallback reject)
+	case f.primaryInRecovery:
+		st.action, st.reject = fallbackGo, reasonSplitBrain
+	default:
+		st.action, st.notice = fallbackPrimary, u.staleOK
+	}
+	return st
+}
+
+// isFallback reports whether a reason is one a read gets when no replica
+// could serve it (SPEC §8), as opposed to a unit that was never a read for
+// a replica.
+func isFallback(reason string) bool {
+	switch reason {
+	case reasonReplicaUnavailable, reasonReadYourWrites, reasonStrictFresh, reasonLagExceeded, reasonLagUnknown,
+		reasonSplitBrain, reasonTimelineChanged:
+		return true
+	}
+	return false
 }

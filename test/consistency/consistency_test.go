@@ -570,24 +570,17 @@ func (w *worker) publish(seq int) {
 		return
 	}
 	tok := show
-	if tPS, err := freshness.ParseToken(ps); err != nil || tokenLess(tPS, tShow) {
+	if tPS, err := freshness.ParseToken(ps); err != nil || tPS.Less(tShow) {
 		w.st.statusBehind++
 	} else {
 		tok = ps
-		if tokenLess(tPS, w.lastPS) {
+		if tPS.Less(w.lastPS) {
 			w.h.violate("token_regressed", w, r, fmt.Sprintf("ParameterStatus pg_kinetic.write_lsn went from %s to %s", w.lastPS, tPS))
 		}
 		w.lastPS = tPS
 	}
 	w.h.publish(boardEntry{session: w.id, seq: seq, token: tok})
 	w.st.published++
-}
-
-func tokenLess(a, b freshness.Token) bool {
-	if a.Timeline != b.Timeline {
-		return a.Timeline < b.Timeline
-	}
-	return a.LSN < b.LSN
 }
 
 // readRow counts row (x, seq); with token, hinted with min_lsn=token.

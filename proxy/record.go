@@ -1,0 +1,107 @@
+package proxy
+
+// Route recording: what a unit's route is remembered and counted as, for
+// SHOW pg_kinetic.last_route, SHOW ROUTES, the route metrics and the
+// debug log (SPEC §8), and the session effects a routed unit records.
+
+import (
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// recordRoute remembers a unit's route for SHOW pg_kinetic.last_route and
+// the session's pinning effects.
+func (ss *session) recordRoute(d decision, ds []*classified) {
+	target := d.target
+	lag := "0"
+	if target == targetReplica {
+		lag = strconv.FormatInt(d.lagMS, 10)
+		if d.lagMS < 0 {
+			lag = "unknown"
+		}
+	}
+	class := ""
+	for _, dec := range ds {
+		if dec.Hints.Class != "" {
+			class = dec.Hints.Class
+			break
+		}
+	}
+	if class == "" {
+		class = ss.queryClass
+	}
+	ss.setLastRoute(target, d.reason, lag, class)
+	ss.recordEffects(ds)
+	for _, dec := range ds {
+		if containsFold(dec.text, "pg_terminate_backend") {
+			ss.srv.terminations.Add(1)
+			break
+		}
+	}
+}
+
+// setLastRoute records a unit's route for SHOW pg_kinetic.last_route and
+// counts it for SHOW ROUTES.
+func (ss *session) setLastRoute(target, reason, lag, class string) {
+	ss.mu.Lock()
+	ss.last = lastRoute{target: target, reason: reason, lag: lag}
+	ss.unitStart, ss.unitTarget = time.Now(), target
+	ss.mu.Unlock()
+	if ss.route != nil {
+		ss.decisionCounter(class, target).Add(1)
+		ss.srv.metrics.RouteDecision(ss.route.Name, class, target, reason)
+		if target == targetRejected {
+			ss.srv.metrics.RejectedRead(ss.route.Name, reason)
+		} else if target == targetPrimary && isFallback(reason) {
+			ss.srv.metrics.PrimaryFallback(ss.route.Name, reason)
+		}
+		if ce := ss.log.Check(zap.DebugLevel, "route"); ce != nil {
+			ce.Write(zap.String("route", ss.route.Name), zap.String("class", class), zap.String("target", target),
+				zap.String("reason", reason), zap.String("lag_ms", lag))
+		}
+	}
+}
+
+// lastRoute is what SHOW pg_kinetic.last_route reports, kept in parts so
+// recording it costs no allocation per unit.
+type lastRoute struct{ target, reason, lag string }
+
+func (r lastRoute) String() string {
+	return "target=" + r.target + " reason=" + r.reason + " lag_ms=" + r.lag
+}
+
+// decisionCounter is the server-wide counter of decisions by the session's
+// route, class and target, remembered by the session so that counting
+// costs no lookup of a composed key per unit.
+func (ss *session) decisionCounter(class, target string) *atomic.Uint64 {
+	for _, c := range ss.counters {
+		if c.class == class && c.target == target {
+			return c.n
+		}
+	}
+	key := ss.route.Name + "\x00" + class + "\x00" + target
+	v, ok := ss.srv.decisions.Load(key)
+	if !ok {
+		v, _ = ss.srv.decisions.LoadOrStore(key, new(atomic.Uint64))
+	}
+	c := v.(*atomic.Uint64)
+	ss.counters = append(ss.counters, sessionCounter{class: class, target: target, n: c})
+	return c
+}
+
+// sessionCounter is one entry of session.counters: a session meets few
+// (class, target) pairs, so a short list beats a map in time and memory.
+type sessionCounter struct {
+	class, target string
+	n             *atomic.Uint64
+}
+
+func (s *Server) decisionCount(route, class, target string) uint64 {
+	if v, ok := s.decisions.Load(route + "\x00" + class + "\x00" + target); ok {
+		return v.(*atomic.Uint64).Load()
+	}
+	return 0
+}
