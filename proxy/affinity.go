@@ -44,11 +44,8 @@ func (ss *session) needsFloor(u unitInfo) bool {
 
 // snapshot is the route's latest health snapshot, or nil.
 func (ss *session) snapshot() *health.Snapshot {
-	if ss.srv == nil {
-		return nil
-	}
-	if r := ss.srv.routing.Load(); r != nil && r.checkers[ss.route.Name] != nil {
-		return r.checkers[ss.route.Name].Snapshot()
+	if c := ss.runtime().checkerOf(); c != nil {
+		return c.Snapshot()
 	}
 	return nil
 }
@@ -173,11 +170,10 @@ func (ss *session) hurrySeen(req freshness.Requirement) {
 	if ss.srv == nil {
 		return
 	}
-	r := ss.srv.routing.Load()
-	if r == nil || r.checkers[ss.route.Name] == nil {
+	checker := ss.runtime().checkerOf()
+	if checker == nil {
 		return
 	}
-	checker := r.checkers[ss.route.Name]
 	ss.mu.Lock()
 	for _, s := range ss.seen {
 		checker.Hurry(s.addr)
@@ -207,7 +203,7 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.
 	if ss.srv == nil {
 		return freshness.Token{}, false
 	}
-	r := ss.srv.routing.Load()
+	r := ss.runtime()
 	if r == nil {
 		return freshness.Token{}, false
 	}

@@ -63,8 +63,8 @@ func (ss *session) connect() error {
 	ss.replicas = map[string]*link{}
 	ss.cond = sync.NewCond(&ss.mu)
 	ss.mu.Unlock()
-	if r := ss.srv.routing.Load(); r != nil {
-		ss.classifier = r.classifiers[route.Name]
+	if r := ss.srv.routing.Load().route(route.Name); r != nil {
+		ss.classifier = r.classifier
 	}
 	if ss.classifier == nil {
 		ss.classifier = classify.New(classify.Options{})

@@ -152,8 +152,8 @@ func (c consoleSource) Servers() []admin.ServerRow {
 	for i := range cfg.Routes {
 		rt := &cfg.Routes[i]
 		var snap *health.Snapshot
-		if r != nil && r.checkers[rt.Name] != nil {
-			snap = r.checkers[rt.Name].Snapshot()
+		if c := r.route(rt.Name).checkerOf(); c != nil {
+			snap = c.Snapshot()
 		}
 		add := func(addr, role string, weight int) {
 			row := admin.ServerRow{Route: rt.Name, Address: addr, ConfiguredRole: role, Weight: weight,
@@ -292,7 +292,7 @@ func (c consoleSource) Pools() []admin.PoolRow { return c.s.poolStats() }
 func (c consoleSource) Stats() []admin.StatRow {
 	stage, rolledBack := c.s.rollout.get()
 	var prim, rep, rej uint64
-	c.s.decisions.Range(func(k, v any) bool {
+	c.s.rangeDecisions(func(k, v any) bool {
 		n := v.(*atomic.Uint64).Load()
 		switch {
 		case strings.HasSuffix(k.(string), "\x00"+targetPrimary):

@@ -20,7 +20,8 @@
 //	localext.go      the same in the extended protocol; barriers
 //	fresh.go         WAL positions: write tokens, captures, the read requirement
 //	affinity.go      monotonic reads: the replica a session's reads stay on
-//	replicas.go      per-config routing state (classifiers, health checkers), replica links, volatility lookups
+//	replicas.go      a runtime per route (classifier, health checker, position readers, counters,
+//	                 volatility cache), swapped whole on reload; replica links; backoffs
 //	rollout.go       routing stage and rollback (SPEC §6), query class policies
 //	monitor.go       health-derived metrics and auto_rollback
 //	console.go       the admin console (database pgkinetic)

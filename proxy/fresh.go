@@ -75,11 +75,8 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr s
 
 // positionReader is the route's WAL position reader, or nil.
 func (ss *session) positionReader() *freshness.Reader {
-	if ss.srv == nil {
-		return nil
-	}
-	if r := ss.srv.routing.Load(); r != nil {
-		return r.readers[ss.route.Name]
+	if r := ss.runtime(); r != nil {
+		return r.reader
 	}
 	return nil
 }
@@ -348,11 +345,10 @@ func (ss *session) waitCaptures() bool {
 // replicas that are behind so fresh replay positions arrive quickly. It
 // never sleeps a fixed time: it wakes on each new health snapshot.
 func (ss *session) waitForReplica(req freshness.Requirement) bool {
-	r := ss.srv.routing.Load()
-	if r == nil || r.checkers[ss.route.Name] == nil {
+	checker := ss.runtime().checkerOf()
+	if checker == nil {
 		return false
 	}
-	checker := r.checkers[ss.route.Name]
 	deadline := time.NewTimer(ss.route.Freshness.ReadAfterWriteTimeout())
 	defer deadline.Stop()
 	start := time.Now()

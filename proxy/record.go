@@ -73,21 +73,24 @@ func (r lastRoute) String() string {
 	return "target=" + r.target + " reason=" + r.reason + " lag_ms=" + r.lag
 }
 
-// decisionCounter is the server-wide counter of decisions by the session's
-// route, class and target, remembered by the session so that counting
-// costs no lookup of a composed key per unit.
+// decisionCounter is the route's counter of decisions by class and
+// target (routeRuntime.decisions, carried across reloads), remembered by
+// the session so that counting costs no lookup of a composed key per unit.
 func (ss *session) decisionCounter(class, target string) *atomic.Uint64 {
 	for _, c := range ss.counters {
 		if c.class == class && c.target == target {
 			return c.n
 		}
 	}
-	key := ss.route.Name + "\x00" + class + "\x00" + target
-	v, ok := ss.srv.decisions.Load(key)
-	if !ok {
-		v, _ = ss.srv.decisions.LoadOrStore(key, new(atomic.Uint64))
+	c := new(atomic.Uint64) // (the route is gone from the config in force: counted nowhere)
+	if run := ss.runtime(); run != nil {
+		key := class + "\x00" + target
+		v, ok := run.decisions.Load(key)
+		if !ok {
+			v, _ = run.decisions.LoadOrStore(key, c)
+		}
+		c = v.(*atomic.Uint64)
 	}
-	c := v.(*atomic.Uint64)
 	ss.counters = append(ss.counters, sessionCounter{class: class, target: target, n: c})
 	return c
 }
@@ -99,9 +102,31 @@ type sessionCounter struct {
 	n             *atomic.Uint64
 }
 
+// decisionCount is how many units of route went to target in class.
 func (s *Server) decisionCount(route, class, target string) uint64 {
-	if v, ok := s.decisions.Load(route + "\x00" + class + "\x00" + target); ok {
-		return v.(*atomic.Uint64).Load()
+	if run := s.routing.Load().route(route); run != nil {
+		if v, ok := run.decisions.Load(class + "\x00" + target); ok {
+			return v.(*atomic.Uint64).Load()
+		}
 	}
 	return 0
+}
+
+// rangeDecisions calls f with every route's decision counters, keyed
+// class + "\x00" + target, until f returns false.
+func (s *Server) rangeDecisions(f func(key, counter any) bool) {
+	r := s.routing.Load()
+	if r == nil {
+		return
+	}
+	for _, run := range r.routes {
+		more := true
+		run.decisions.Range(func(k, v any) bool {
+			more = f(k, v)
+			return more
+		})
+		if !more {
+			return
+		}
+	}
 }

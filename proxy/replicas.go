@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/pg-kinetic/pg-kinetic/classify"
 	"github.com/pg-kinetic/pg-kinetic/config"
@@ -18,33 +22,83 @@ import (
 )
 
 // routing is what the Server derives from one config for routing: a
-// classifier and a health checker per route. It is rebuilt on reload and
-// swapped whole; sessions keep the one they started with.
+// runtime per route. It is rebuilt on reload and swapped whole.
 type routing struct {
-	classifiers map[string]*classify.Classifier // by route name
-	checkers    map[string]*health.Checker
+	routes      map[string]*routeRuntime // by route name
 	probers     []*health.PGProber
-	// readers read the primary's WAL position for every session of a
-	// routed route, on a connection of their own (freshness.Reader):
-	// nothing is injected into the sessions' server connections.
-	readers map[string]*freshness.Reader
-	// replays read a replica's current replay position the same way, on
-	// demand, for a read that would fall back because the last probe saw
-	// the replica behind (by replica address).
-	replays     map[string]*freshness.Reader
 	stopReaders context.CancelFunc
 }
 
-// onDown is called when a probe finds a server unreachable after it was
-// reachable (health.Options.Unreachable).
-func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string)) *routing {
-	r := &routing{classifiers: map[string]*classify.Classifier{}, checkers: map[string]*health.Checker{},
-		readers: map[string]*freshness.Reader{}, replays: map[string]*freshness.Reader{}}
+// routeRuntime is the run-time state of one route, built with its config
+// and swapped whole with it on reload. What counts across a reload (reads
+// fallen back and in flight, the decision counters of SHOW ROUTES) is
+// carried over to the new runtime of a route of the same name; answers
+// that may have changed (function volatility) start afresh. What belongs
+// to a server, not a route (backoffs, observed replay positions), stays
+// on Server, by address: two routes on one cluster share it.
+type routeRuntime struct {
+	classifier *classify.Classifier
+	// checker probes the route's servers (nil when the route routes no
+	// reads); reader reads the primary's WAL position for every session
+	// of the route on a connection of its own (freshness.Reader: nothing
+	// is injected into the sessions' server connections); replays read a
+	// replica's current replay position the same way, on demand, for a
+	// read that would fall back because the last probe saw the replica
+	// behind (by replica address).
+	checker *health.Checker
+	reader  *freshness.Reader
+	replays map[string]*freshness.Reader
+	// fallbacks counts reads fallen back to the primary and still
+	// running (max_primary_fallback_inflight); decisions counts route
+	// decisions by class and target (SHOW ROUTES, SHOW STATS).
+	fallbacks  *atomic.Int64
+	decisions  *sync.Map // class + "\x00" + target -> *atomic.Uint64
+	volatility *volatility
+}
+
+// route is the runtime of the route named name, nil if none (or no
+// routing yet).
+func (r *routing) route(name string) *routeRuntime {
+	if r == nil {
+		return nil
+	}
+	return r.routes[name]
+}
+
+// runtime is the current runtime of the session's route (nil before the
+// Server has one, or in tests without a Server).
+func (ss *session) runtime() *routeRuntime {
+	if ss.srv == nil || ss.route == nil {
+		return nil
+	}
+	return ss.srv.routing.Load().route(ss.route.Name)
+}
+
+// checkerOf is rt's health checker, nil if rt is nil or routes no reads.
+func (rt *routeRuntime) checkerOf() *health.Checker {
+	if rt == nil {
+		return nil
+	}
+	return rt.checker
+}
+
+// newRouting builds the runtimes of cfg's routes, carrying over from prev
+// (the routing in force, nil at start) what counts across a reload. onDown
+// is called when a probe finds a server unreachable after it was reachable
+// (health.Options.Unreachable).
+func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string), prev *routing) *routing {
+	r := &routing{routes: map[string]*routeRuntime{}}
 	readersCtx, stop := context.WithCancel(context.Background())
 	r.stopReaders = stop
 	for i := range cfg.Routes {
 		rt := &cfg.Routes[i]
-		r.classifiers[rt.Name] = classify.New(classify.Options{
+		run := &routeRuntime{fallbacks: new(atomic.Int64), decisions: new(sync.Map), volatility: new(volatility),
+			replays: map[string]*freshness.Reader{}}
+		if old := prev.route(rt.Name); old != nil {
+			run.fallbacks, run.decisions = old.fallbacks, old.decisions
+		}
+		r.routes[rt.Name] = run
+		run.classifier = classify.New(classify.Options{
 			WriteFunctions:    rt.ReadRouting.WriteFunctions,
 			ReadOnlyFunctions: rt.ReadRouting.ReadOnlyFunctions,
 		})
@@ -60,7 +114,7 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string)) *
 		for _, rep := range rt.Replicas {
 			targets = append(targets, health.Target{Route: rt.Name, Addr: rep.Address, Configured: health.RoleStandby})
 		}
-		r.checkers[rt.Name] = health.NewChecker(health.Options{
+		run.checker = health.NewChecker(health.Options{
 			Targets:     targets,
 			Interval:    rt.HA.HealthInterval(),
 			Timeout:     rt.HA.HealthTimeout(),
@@ -72,16 +126,16 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string)) *
 		positions := health.NewPGProber(user, pass, rt.BackendDB(), cfg.Server.BackendTLSMode).Named("pg-kinetic position")
 		r.probers = append(r.probers, positions)
 		primary, timeout := rt.Primary.Address, rt.HA.HealthTimeout()
-		r.readers[rt.Name] = freshness.NewReader(readersCtx, func(ctx context.Context) (freshness.Token, error) {
+		run.reader = freshness.NewReader(readersCtx, func(ctx context.Context) (freshness.Token, error) {
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			lsn, tli, err := positions.Position(ctx, primary)
 			return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, err
 		})
-		checker := r.checkers[rt.Name]
+		checker := run.checker
 		for _, rep := range rt.Replicas {
 			addr := rep.Address
-			r.replays[addr] = freshness.NewReader(readersCtx, func(ctx context.Context) (freshness.Token, error) {
+			run.replays[addr] = freshness.NewReader(readersCtx, func(ctx context.Context) (freshness.Token, error) {
 				ctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
 				lsn, tli, started, err := positions.ReplayPosition(ctx, addr)
@@ -103,8 +157,11 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string)) *
 
 func (r *routing) close() {
 	r.stopReaders()
-	for _, c := range r.checkers {
-		c.Close()
+	for _, run := range r.routes {
+		if run.checker != nil {
+			run.checker.Close()
+		}
+		run.volatility.close()
 	}
 	for _, p := range r.probers {
 		p.Close()
@@ -175,7 +232,7 @@ func (b *backoffs) blocked(addr string, now time.Time, v health.Verdict, have bo
 // needing req, now.
 func (s *Server) candidates(rt *config.Route, req freshness.Requirement) []candidate {
 	var snap *health.Snapshot
-	if c := s.routing.Load().checkers[rt.Name]; c != nil {
+	if c := s.routing.Load().route(rt.Name).checkerOf(); c != nil {
 		snap = c.Snapshot()
 	}
 	return s.candidatesFrom(rt, snap, req)
@@ -217,7 +274,7 @@ func (s *Server) candidatesFrom(rt *config.Route, snap *health.Snapshot, req fre
 
 // primaryVerdict is the latest verdict on a route's configured primary.
 func (s *Server) primaryVerdict(rt *config.Route) (health.Verdict, bool) {
-	if c := s.routing.Load().checkers[rt.Name]; c != nil {
+	if c := s.routing.Load().route(rt.Name).checkerOf(); c != nil {
 		return c.Snapshot().Primary()
 	}
 	return health.Verdict{}, false
@@ -242,8 +299,10 @@ func (ss *session) holdFallbackLocked(slot *fallbackSlot) {
 // route's max_primary_fallback_inflight is reached (SPEC §5: protect the
 // primary a recovery needs).
 func (s *Server) takeFallback(rt *config.Route) (*fallbackSlot, bool) {
-	v, _ := s.fallbacks.LoadOrStore(rt.Name, new(atomic.Int64))
-	n := v.(*atomic.Int64)
+	n := new(atomic.Int64) // (no runtime: shutting down)
+	if run := s.routing.Load().route(rt.Name); run != nil {
+		n = run.fallbacks
+	}
 	if limit := int64(rt.Freshness.MaxPrimaryFallbackInflight); limit > 0 && n.Add(1) > limit {
 		n.Add(-1)
 		return nil, false
@@ -297,31 +356,32 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 	return l, nil
 }
 
-// volatility caches, per route and function name, whether any function of
-// that name is VOLATILE in the primary's catalog. Looked up once per name
-// (on a connection of its own, logged in like the route's sessions:
-// pool.Dialer), cleared on reload. mu guards the maps and is never held
-// across a dial or a query: a lookup takes its route's connection out of
-// catalog (busy marks the route) and puts it back when done.
+// volatility caches, per function name, whether any function of that name
+// is VOLATILE in the route's primary's catalog (routeRuntime). Looked up
+// once per name (on a connection of its own, logged in like the route's
+// sessions: pool.Dialer); a reload starts a new cache. mu guards the
+// fields and is never held across a dial or a query: a lookup takes the
+// connection out (busy) and puts it back when done.
 type volatility struct {
 	mu      sync.Mutex
-	known   map[string]bool       // route + "\x00" + name -> volatile
-	catalog map[string]*pool.Conn // route -> idle connection, made on first use
-	busy    map[string]bool       // route -> a lookup runs
-	gen     uint64                // reset count: a lookup begun before a reset keeps nothing
+	known   map[string]bool // name -> volatile
+	catalog *pool.Conn      // idle connection, made on first use
+	busy    bool            // a lookup runs
+	closed  bool            // the runtime was replaced: a lookup ending keeps nothing
+	flight  singleflight.Group
 }
 
-// reset forgets every answer and closes the catalog connections (a lookup
+// close forgets every answer and closes the catalog connection (a lookup
 // running meanwhile closes its own when it ends).
-func (v *volatility) reset() {
+func (v *volatility) close() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for k, c := range v.catalog {
-		c.Terminate(time.Second)
-		delete(v.catalog, k)
+	if v.catalog != nil {
+		v.catalog.Terminate(time.Second)
+		v.catalog = nil
 	}
 	clear(v.known)
-	v.gen++
+	v.closed = true
 }
 
 // volatilitySQL looks up names (a text[] literal, pgTextArray) in pg_proc:
@@ -330,16 +390,28 @@ func (v *volatility) reset() {
 const volatilitySQL = "select n, coalesce(bool_or(p.provolatile = 'v'), true) from unnest(%s::text[]) n left join pg_catalog.pg_proc p on p.proname = n group by n"
 
 // anyVolatile reports whether any of funcs is VOLATILE on the session's
-// primary. An unknown answer counts as volatile (the unit goes to the
-// primary): a failed lookup, and a lookup another session of the route is
-// running — classification never waits for a slow primary's catalog.
+// primary (volatility.any), looking missing names up in its catalog.
 func (s *Server) anyVolatile(ss *session, funcs []string) bool {
-	v := &s.volatility
-	route := ss.route.Name
+	run := ss.runtime()
+	if run == nil {
+		return true
+	}
+	v := run.volatility
+	return v.any(funcs, func(names []string) (map[string]bool, error) { return s.lookupNames(ss, v, names) })
+}
+
+// any reports whether any of funcs is volatile. Each set of names missing
+// from the cache is looked up (lookup) once: callers missing the same
+// names at the same time share the one lookup (singleflight) and its
+// answer. An unknown answer counts as volatile (the unit goes to the
+// primary): a failed lookup, and one refused because the route's catalog
+// connection is busy with other names. Answers are cached until the
+// runtime is replaced (close).
+func (v *volatility) any(funcs []string, lookup func(names []string) (map[string]bool, error)) bool {
 	v.mu.Lock()
 	var missing []string
 	for _, f := range funcs {
-		vol, ok := v.known[route+"\x00"+f]
+		vol, ok := v.known[f]
 		if ok && vol {
 			v.mu.Unlock()
 			return true
@@ -348,54 +420,78 @@ func (s *Server) anyVolatile(ss *session, funcs []string) bool {
 			missing = append(missing, f)
 		}
 	}
+	v.mu.Unlock()
 	if len(missing) == 0 {
-		v.mu.Unlock()
 		return false
 	}
-	if v.busy[route] {
+	slices.Sort(missing)
+	missing = slices.Compact(missing)
+	vol, err, _ := v.flight.Do(strings.Join(missing, "\x00"), func() (any, error) {
+		got, err := lookup(missing)
+		if err != nil {
+			return true, err
+		}
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if !v.closed {
+			if v.known == nil {
+				v.known = map[string]bool{}
+			}
+			maps.Copy(v.known, got)
+		}
+		for _, n := range missing {
+			if vol, ok := got[n]; !ok || vol {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return err != nil || vol.(bool)
+}
+
+// errCatalogBusy refuses a lookup while the route's catalog connection
+// serves another.
+var errCatalogBusy = errors.New("the catalog connection is busy")
+
+// lookupNames looks names up on the route's catalog connection: one
+// lookup at a time per route, never holding v.mu across the dial or the
+// query.
+func (s *Server) lookupNames(ss *session, v *volatility, names []string) (map[string]bool, error) {
+	v.mu.Lock()
+	if v.busy || v.closed {
 		v.mu.Unlock()
-		return true // being looked up: the primary meanwhile
+		return nil, errCatalogBusy
 	}
-	if v.busy == nil {
-		v.busy = map[string]bool{}
-	}
-	v.busy[route] = true
-	conn, gen := v.catalog[route], v.gen
-	delete(v.catalog, route)
+	v.busy = true
+	conn := v.catalog
+	v.catalog = nil
 	v.mu.Unlock()
 
-	rows, conn, err := s.lookupVolatility(ss, conn, missing)
+	rows, conn, err := s.lookupVolatility(ss, conn, names)
 
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	delete(v.busy, route)
+	v.busy = false
 	if conn != nil {
-		if v.gen != gen || v.catalog[route] != nil {
+		if v.closed || v.catalog != nil {
 			conn.Terminate(time.Second)
 		} else {
-			if v.catalog == nil {
-				v.catalog = make(map[string]*pool.Conn)
-			}
-			v.catalog[route] = conn
+			v.catalog = conn
 		}
 	}
+	v.mu.Unlock()
 	if err != nil {
 		ss.log.Warn("function volatility lookup failed; treating as volatile", zap.Error(err))
-		return true
+		return nil, err
 	}
-	any := false
+	got := make(map[string]bool, len(rows))
 	for _, row := range rows {
 		if len(row) != 2 || row[0] == nil {
 			ss.log.Warn("function volatility lookup: unexpected row; treating as volatile", zap.Int("columns", len(row)))
-			return true
+			return nil, errors.New("unexpected row")
 		}
-		vol := string(row[1]) == "t"
-		if v.gen == gen {
-			v.known[route+"\x00"+string(row[0])] = vol
-		}
-		any = any || vol
+		got[string(row[0])] = string(row[1]) == "t"
 	}
-	return any
+	return got, nil
 }
 
 // lookupVolatility runs volatilitySQL for names on conn (dialled when nil

@@ -53,7 +53,7 @@ type Server struct {
 	credentials sync.Map // plaintext secret -> derived scram.StoredCredentials
 	mockNonce   [32]byte // salts mock SCRAM credentials of unknown users
 
-	routing atomic.Pointer[routing] // classifiers and health checkers of the config in force
+	routing atomic.Pointer[routing] // the route runtimes of the config in force (replicas.go)
 	// terminations counts units that called pg_terminate_backend: a
 	// session-pooled session whose reads go to replicas checks its own
 	// primary backend is still there before its next unit (syncPrimary).
@@ -62,10 +62,7 @@ type Server struct {
 	metrics      *admin.Metrics
 	stopMon      context.CancelFunc
 	backoff      backoffs
-	volatility   volatility
-	fallbacks    sync.Map // route name -> *atomic.Int64: primary fallbacks in flight
 	observed     sync.Map // replica address -> freshness.Token: replay position seen after a read
-	decisions    sync.Map // route\x00class\x00target -> *atomic.Uint64, for SHOW ROUTES
 
 	clients atomic.Int64 // sessions counted against max_client_conn
 	nextID  atomic.Uint64
@@ -124,7 +121,6 @@ func New(opts Options) (*Server, error) {
 	}
 	s.metrics.SetClientCounter(s.clients.Load)
 	s.backoff.state = map[string]backoffState{}
-	s.volatility.known = map[string]bool{}
 	if err := s.Reload(); err != nil {
 		s.routing.Swap(nil).close()
 		return nil, err
@@ -143,13 +139,14 @@ func New(opts Options) (*Server, error) {
 // certificates). Call it after the ConfigSource swapped in a new config.
 func (s *Server) Reload() error {
 	cfg := s.opts.Config.Load()
-	if old := s.routing.Swap(newRouting(cfg, s.log, s.abandonReads)); old != nil {
+	// (Concurrent reloads are not expected: the admin console and SIGHUP
+	// run them one at a time.)
+	if old := s.routing.Swap(newRouting(cfg, s.log, s.abandonReads, s.routing.Load())); old != nil {
 		old.close()
 	}
 	if s.rollout != nil {
 		s.rollout.reloaded(cfg)
 	}
-	s.volatility.reset()
 	if cfg.Server.TLSMode == config.TLSDisable || cfg.Server.TLSMode == "" {
 		s.tls.Store(nil)
 		return nil
@@ -259,7 +256,6 @@ func (s *Server) closeRouting() {
 	if r := s.routing.Swap(nil); r != nil {
 		r.close()
 	}
-	s.volatility.reset()
 }
 
 func (s *Server) closeSessions() {

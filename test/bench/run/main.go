@@ -81,6 +81,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Float64Var(&o.sampling, "sampling-rate", 1, "pgbench --sampling-rate of the per-transaction latency log (0 < r <= 1)")
 	fs.StringVar(&o.out, "out", "", "also write the markdown report to this file")
 	fs.StringVar(&o.kineticd, "kineticd", "bin/kineticd", "kineticd binary (make build)")
+	before := fs.String("kineticd-before", "", "another kineticd binary (an earlier build): every kineticd target runs once more with it, as NAME-before, interleaved in the same rounds")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -90,6 +91,22 @@ func parseFlags(args []string) (options, error) {
 	var err error
 	if o.targets, err = pickTargets(*targets); err != nil {
 		return o, err
+	}
+	if *before != "" {
+		abs, err := filepath.Abs(*before)
+		if err != nil {
+			return o, err
+		}
+		var with []target
+		for _, t := range o.targets {
+			with = append(with, t)
+			if t.kind == "kineticd" {
+				b := t
+				b.name, b.bin = t.name+"-before", abs
+				with = append(with, b)
+			}
+		}
+		o.targets = with
 	}
 	for _, name := range splitList(*workloads) {
 		i := slices.IndexFunc(allWorkloads, func(w workload) bool { return w.name == name })

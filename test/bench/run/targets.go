@@ -40,6 +40,7 @@ type target struct {
 	db       string   // database name clients connect with
 	env      []string // extra environment of the proxy process
 	optIn    bool     // picked by its exact name only, not by "all" or kind
+	bin      string   // kineticd binary when not -kineticd's (-kineticd-before)
 }
 
 var allTargets = []target{
@@ -74,10 +75,14 @@ func (t target) unrouted() string {
 	if t.kind != "kineticd" || !t.routed {
 		return ""
 	}
-	if t.poolMode == modeTransaction {
-		return "kineticd-tx"
+	suffix := ""
+	if t.bin != "" {
+		suffix = "-before" // compared with the same build
 	}
-	return "kineticd-session"
+	if t.poolMode == modeTransaction {
+		return "kineticd-tx" + suffix
+	}
+	return "kineticd-session" + suffix
 }
 
 // bench is the state every run shares: the cluster, where proxies live, who
@@ -308,7 +313,11 @@ func (b *bench) startKineticd(dir, addr string, t target, clients int) (*proc, e
 		return nil, err
 	}
 	// kineticd needs no particular user; it runs as we do.
-	return b.spawn(dir, nil, t.env, syscall.SIGTERM, b.kineticd, "--config", filepath.Join(dir, "kineticd.toml"))
+	bin := b.kineticd
+	if t.bin != "" {
+		bin = t.bin
+	}
+	return b.spawn(dir, nil, t.env, syscall.SIGTERM, bin, "--config", filepath.Join(dir, "kineticd.toml"))
 }
 
 // benchTOML puts the SPEC's default health probing back into a kinetictest

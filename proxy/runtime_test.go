@@ -1,0 +1,109 @@
+package proxy
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/pg-kinetic/pg-kinetic/config"
+)
+
+// TestVolatilityLooksUpOnce: sessions missing the same function names at
+// once share one lookup and its answer; answers are cached; a failed
+// lookup counts as volatile and is not cached.
+func TestVolatilityLooksUpOnce(t *testing.T) {
+	var v volatility
+	var calls atomic.Int64
+	release := make(chan struct{})
+	lookup := func(names []string) (map[string]bool, error) {
+		calls.Add(1)
+		<-release
+		return map[string]bool{"now": false, "random": true}, nil
+	}
+	const n = 50
+	var wg sync.WaitGroup
+	got := make([]bool, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i] = v.any([]string{"random", "now"}, lookup)
+		}()
+	}
+	time.Sleep(50 * time.Millisecond) // (every caller reaches the flight)
+	close(release)
+	wg.Wait()
+	if c := calls.Load(); c != 1 {
+		t.Errorf("%d lookups for %d concurrent misses of the same names, want 1", c, n)
+	}
+	for i, vol := range got {
+		if !vol {
+			t.Fatalf("caller %d: random() taken for non-volatile", i)
+		}
+	}
+	if v.any([]string{"now"}, lookup) {
+		t.Error("now(): cached as STABLE, answered volatile")
+	}
+	if c := calls.Load(); c != 1 {
+		t.Errorf("cached names looked up again: %d lookups", c)
+	}
+
+	failing := func([]string) (map[string]bool, error) { calls.Add(1); return nil, errors.New("down") }
+	if !v.any([]string{"lower"}, failing) {
+		t.Error("a failed lookup must count as volatile")
+	}
+	if !v.any([]string{"lower"}, failing) || calls.Load() != 3 {
+		t.Errorf("a failed lookup was cached (%d lookups, want 3)", calls.Load())
+	}
+	// A name the catalog does not know (no such function) is volatile.
+	if !v.any([]string{"nosuch"}, func([]string) (map[string]bool, error) { return map[string]bool{}, nil }) {
+		t.Error("a name missing from the answer must count as volatile")
+	}
+	// A replaced runtime's cache keeps nothing; its answers still hold.
+	v.close()
+	if v.any([]string{"now"}, func([]string) (map[string]bool, error) { return map[string]bool{"now": false}, nil }) {
+		t.Error("after close: now() answered volatile")
+	}
+	if len(v.known) != 0 {
+		t.Errorf("closed cache kept %d answers", len(v.known))
+	}
+}
+
+// TestRoutingCarriesCountsAcrossReload: a reload builds new runtimes; the
+// counts that span it (reads fallen back and in flight, SHOW ROUTES'
+// decision counters) carry over to the route of the same name, the
+// volatility cache does not; a new route starts at zero.
+func TestRoutingCarriesCountsAcrossReload(t *testing.T) {
+	cfg := &config.Config{Routes: []config.Route{{Name: "main"}}}
+	first := newRouting(cfg, zap.NewNop(), nil, nil)
+	defer first.close()
+	run := first.route("main")
+	run.fallbacks.Add(2)
+	c, _ := run.decisions.LoadOrStore("\x00"+targetReplica, new(atomic.Uint64))
+	c.(*atomic.Uint64).Add(7)
+	run.volatility.known = map[string]bool{"now": false}
+
+	cfg2 := &config.Config{Routes: []config.Route{{Name: "main"}, {Name: "other"}}}
+	second := newRouting(cfg2, zap.NewNop(), nil, first)
+	defer second.close()
+	next := second.route("main")
+	if next == run || next.fallbacks.Load() != 2 {
+		t.Errorf("fallbacks in flight after reload: %d, want 2 (a new runtime)", next.fallbacks.Load())
+	}
+	if v, ok := next.decisions.Load("\x00" + targetReplica); !ok || v.(*atomic.Uint64).Load() != 7 {
+		t.Errorf("decision counter lost across reload")
+	}
+	if len(next.volatility.known) != 0 {
+		t.Error("volatility answers carried across reload")
+	}
+	if o := second.route("other"); o == nil || o.fallbacks.Load() != 0 {
+		t.Error("a new route must start at zero")
+	}
+	if second.route("nosuch") != nil || (*routing)(nil).route("main") != nil {
+		t.Error("route of an unknown name, or of no routing, must be nil")
+	}
+}
