@@ -1,6 +1,6 @@
 // Package relay measures what kineticd adds to one query round trip. Its
 // tests (relay_test.go) run a pgconn client against a scripted fake
-// PostgreSQL server (fakeserver_test.go) directly, and through an
+// PostgreSQL server (package test/pgmock) directly, and through an
 // in-process kineticd in front of the same server, for result sets of 1 and
 // 100 rows over the simple and the extended protocol:
 //

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pg-kinetic/pg-kinetic/test/bench/internal/benchutil"
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
+	"github.com/pg-kinetic/pg-kinetic/test/pgmock"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
 
@@ -31,9 +32,9 @@ var targets = []target{
 }
 
 // startFake starts a fake server answering rows rows, closed when tb ends.
-func startFake(tb testing.TB, rows int) *fakeServer {
+func startFake(tb testing.TB, rows int) *pgmock.Server {
 	tb.Helper()
-	s, err := startFakeServer(rows)
+	s, err := pgmock.Start(rows)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func startFake(tb testing.TB, rows int) *fakeServer {
 // dsn returns the app user's connection string for t in front of fake: an
 // in-process kineticd (routing off, the given pool mode and size) is started
 // for a proxy target and stopped when tb ends.
-func dsn(tb testing.TB, t target, fake *fakeServer, poolSize int) string {
+func dsn(tb testing.TB, t target, fake *pgmock.Server, poolSize int) string {
 	tb.Helper()
 	addr := fake.Addr()
 	if t.poolMode != "" {

@@ -1,4 +1,4 @@
-package relay
+package pgmock
 
 import (
 	"bufio"
@@ -12,18 +12,25 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// fakeServer is a scripted PostgreSQL server on loopback. It accepts any
+// Server is a scripted PostgreSQL server on loopback. It accepts any
 // startup without a password, and answers every row-returning statement
 // (SELECT, WITH, VALUES) with the same Rows rows shaped like
 // pgbench_accounts, every other statement (SET, DISCARD ALL, RESET,
 // DEALLOCATE, BEGIN...) with its CommandComplete alone. It tracks the
 // transaction status that ReadyForQuery reports (BEGIN, COMMIT, ROLLBACK),
-// since a transaction-mode pool releases servers on 'I'. Errors are never
-// produced.
+// since a transaction-mode pool releases servers on 'I'.
+//
+// A statement containing FailMark fails (SQLSTATE XX000, "pgmock:
+// scripted failure"), as PostgreSQL fails a statement: the rest of a
+// simple Query is skipped, an extended batch is skipped up to its Sync,
+// and a transaction block is left failed ('E') until ROLLBACK. A Bind or
+// Describe of a statement the connection does not hold fails with 26000.
+// Every frontend message a connection receives is logged (Received), so a
+// test can check what a proxy sent, injected messages included.
 //
 // Each connection is served by one goroutine; Close stops accepting, closes
 // every connection and waits for those goroutines.
-type fakeServer struct {
+type Server struct {
 	ln   net.Listener
 	rows int
 
@@ -33,7 +40,11 @@ type fakeServer struct {
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
+	log   [][]string // per connection, in accept order: the messages received (Received)
 }
+
+// FailMark in a statement makes it fail.
+const FailMark = "pgmock_fail"
 
 // pgbench_accounts (aid int4, bid int4, abalance int4, filler char(84)).
 var accountsFields = []pgproto3.FieldDescription{
@@ -43,13 +54,14 @@ var accountsFields = []pgproto3.FieldDescription{
 	{Name: []byte("filler"), TableOID: 16400, TableAttributeNumber: 4, DataTypeOID: 1042, DataTypeSize: -1, TypeModifier: 88},
 }
 
-// startFakeServer listens on 127.0.0.1:0 and serves until Close.
-func startFakeServer(rows int) (*fakeServer, error) {
+// Start listens on 127.0.0.1:0 and serves until Close; row-returning
+// statements return rows rows.
+func Start(rows int) (*Server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &fakeServer{ln: ln, rows: rows, conns: map[net.Conn]struct{}{}}
+	s := &Server{ln: ln, rows: rows, conns: map[net.Conn]struct{}{}}
 	s.rowDesc = mustEncode(nil, &pgproto3.RowDescription{Fields: accountsFields})
 	filler := []byte(strings.Repeat(" ", 84))
 	for i := range rows {
@@ -61,9 +73,11 @@ func startFakeServer(rows int) (*fakeServer, error) {
 	return s, nil
 }
 
-func (s *fakeServer) Addr() string { return s.ln.Addr().String() }
+// Addr is the host:port the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-func (s *fakeServer) Close() {
+// Close stops the server and waits for its connections' goroutines.
+func (s *Server) Close() {
 	s.ln.Close()
 	s.mu.Lock()
 	for c := range s.conns {
@@ -73,7 +87,20 @@ func (s *fakeServer) Close() {
 	s.wg.Wait()
 }
 
-func (s *fakeServer) accept() {
+// Received is, per connection in the order they were accepted, the
+// frontend messages received after startup, as "Parse s1", "Bind s1",
+// "Execute", "Sync", "Query BEGIN"...
+func (s *Server) Received() [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][]string, len(s.log))
+	for i, l := range s.log {
+		out[i] = append([]string(nil), l...)
+	}
+	return out
+}
+
+func (s *Server) accept() {
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
@@ -81,6 +108,8 @@ func (s *fakeServer) accept() {
 		}
 		s.mu.Lock()
 		s.conns[c] = struct{}{}
+		idx := len(s.log)
+		s.log = append(s.log, nil)
 		s.mu.Unlock()
 		s.wg.Go(func() {
 			defer func() {
@@ -89,14 +118,16 @@ func (s *fakeServer) accept() {
 				s.mu.Unlock()
 				c.Close()
 			}()
-			_ = s.serve(c)
+			_ = s.serve(c, idx)
 		})
 	}
 }
 
 // fakeConn is one connection's protocol state.
 type fakeConn struct {
-	s       *fakeServer
+	s       *Server
+	idx     int  // in s.log
+	skip    bool // an extended batch failed: messages are skipped up to Sync
 	be      *pgproto3.Backend
 	w       *bufio.Writer
 	scratch []byte
@@ -105,8 +136,8 @@ type fakeConn struct {
 	portals map[string]string // portal name -> query
 }
 
-func (s *fakeServer) serve(c net.Conn) error {
-	fc := &fakeConn{s: s, be: pgproto3.NewBackend(c, c), w: bufio.NewWriterSize(c, 32<<10), tx: 'I',
+func (s *Server) serve(c net.Conn, idx int) error {
+	fc := &fakeConn{s: s, idx: idx, be: pgproto3.NewBackend(c, c), w: bufio.NewWriterSize(c, 32<<10), tx: 'I',
 		stmts: map[string]string{}, portals: map[string]string{}}
 	if err := fc.startup(); err != nil {
 		return err
@@ -116,21 +147,46 @@ func (s *fakeServer) serve(c net.Conn) error {
 		if err != nil {
 			return err
 		}
+		fc.record(msg)
+		if fc.skip {
+			switch msg.(type) {
+			case *pgproto3.Sync:
+				fc.skip = false
+			case *pgproto3.Terminate:
+				return nil
+			default:
+				continue // skipped up to Sync, as after an error
+			}
+		}
 		switch m := msg.(type) {
 		case *pgproto3.Query:
 			fc.query(m.String)
 			fc.send(&pgproto3.ReadyForQuery{TxStatus: fc.tx})
 			err = fc.w.Flush()
 		case *pgproto3.Parse:
+			if fc.fails(m.Query) {
+				break
+			}
 			fc.stmts[m.Name] = m.Query
 			fc.send(&pgproto3.ParseComplete{})
 		case *pgproto3.Bind:
-			fc.portals[m.DestinationPortal] = fc.stmts[m.PreparedStatement]
+			q, ok := fc.stmts[m.PreparedStatement]
+			if !ok {
+				fc.fail("26000", fmt.Sprintf("prepared statement %q does not exist", m.PreparedStatement))
+				break
+			}
+			fc.portals[m.DestinationPortal] = q
 			fc.send(&pgproto3.BindComplete{})
 		case *pgproto3.Describe:
+			if _, ok := fc.stmts[m.Name]; m.ObjectType == 'S' && !ok {
+				fc.fail("26000", fmt.Sprintf("prepared statement %q does not exist", m.Name))
+				break
+			}
 			fc.describe(m)
 		case *pgproto3.Execute:
-			fc.execute(fc.portals[m.Portal])
+			if q := fc.portals[m.Portal]; !fc.fails(q) {
+				fc.execute(q)
+			}
 		case *pgproto3.Close:
 			if m.ObjectType == 'S' {
 				delete(fc.stmts, m.Name)
@@ -149,12 +205,66 @@ func (s *fakeServer) serve(c net.Conn) error {
 		case *pgproto3.Terminate:
 			return nil
 		default:
-			return fmt.Errorf("fake server: unexpected %T", msg)
+			return fmt.Errorf("pgmock: unexpected %T", msg)
 		}
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// record logs msg in Received.
+func (fc *fakeConn) record(msg pgproto3.FrontendMessage) {
+	var e string
+	switch m := msg.(type) {
+	case *pgproto3.Query:
+		e = "Query " + m.String
+	case *pgproto3.Parse:
+		e = "Parse " + m.Name
+	case *pgproto3.Bind:
+		e = "Bind " + m.PreparedStatement
+	case *pgproto3.Describe:
+		e = "Describe " + string(m.ObjectType) + " " + m.Name
+	case *pgproto3.Close:
+		e = "Close " + string(m.ObjectType) + " " + m.Name
+	default:
+		e = strings.TrimPrefix(fmt.Sprintf("%T", msg), "*pgproto3.")
+	}
+	fc.s.mu.Lock()
+	fc.s.log[fc.idx] = append(fc.s.log[fc.idx], e)
+	fc.s.mu.Unlock()
+}
+
+// fails fails sql when it contains FailMark, or when the transaction
+// block already failed (25P02), and reports whether it did.
+func (fc *fakeConn) fails(sql string) bool {
+	switch {
+	case fc.tx == 'E' && !isRollback(sql):
+		fc.fail("25P02", "current transaction is aborted, commands ignored until end of transaction block")
+	case strings.Contains(sql, FailMark):
+		fc.fail("XX000", "pgmock: scripted failure")
+	default:
+		return false
+	}
+	return true
+}
+
+// fail answers an ErrorResponse, flushed at once: the extended batch is
+// skipped up to its Sync (Flush included) and a transaction block fails.
+func (fc *fakeConn) fail(code, msg string) {
+	fc.send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code, Message: msg})
+	fc.w.Flush() // as PostgreSQL flushes every error at once (elog.c); a write error shows at the next Flush
+	fc.skip = true
+	if fc.tx == 'T' {
+		fc.tx = 'E'
+	}
+}
+
+// isRollback: a statement a failed transaction block accepts (COMMIT
+// there rolls back too).
+func isRollback(sql string) bool {
+	w := strings.Fields(strings.ToUpper(sql))
+	return len(w) > 0 && (w[0] == "ROLLBACK" || w[0] == "ABORT" || w[0] == "COMMIT" || w[0] == "END")
 }
 
 // startup answers SSLRequest and GSSEncRequest with 'N', and a
@@ -178,7 +288,7 @@ func (fc *fakeConn) startup() error {
 			for _, kv := range [][2]string{
 				{"application_name", ""}, {"client_encoding", "UTF8"}, {"DateStyle", "ISO, MDY"},
 				{"integer_datetimes", "on"}, {"IntervalStyle", "postgres"}, {"is_superuser", "off"},
-				{"server_encoding", "UTF8"}, {"server_version", "15.0 (fake)"},
+				{"server_encoding", "UTF8"}, {"server_version", "15.0 (pgmock)"},
 				{"standard_conforming_strings", "on"}, {"TimeZone", "UTC"},
 			} {
 				fc.send(&pgproto3.ParameterStatus{Name: kv[0], Value: kv[1]})
@@ -189,7 +299,7 @@ func (fc *fakeConn) startup() error {
 		case *pgproto3.CancelRequest:
 			return io.EOF
 		default:
-			return fmt.Errorf("fake server: unexpected startup %T", msg)
+			return fmt.Errorf("pgmock: unexpected startup %T", msg)
 		}
 	}
 }
@@ -203,6 +313,10 @@ func (fc *fakeConn) query(sql string) {
 		return
 	}
 	for _, st := range stmts {
+		if fc.fails(st) {
+			fc.skip = false // (a simple Query ends at its ReadyForQuery)
+			return
+		}
 		if returnsRows(st) {
 			fc.w.Write(fc.s.rowDesc)
 			fc.w.Write(fc.s.result)
@@ -253,7 +367,11 @@ func (fc *fakeConn) command(sql string) string {
 		fc.tx = 'T'
 		return "BEGIN"
 	case "COMMIT", "END":
+		failed := fc.tx == 'E'
 		fc.tx = 'I'
+		if failed {
+			return "ROLLBACK"
+		}
 		return "COMMIT"
 	case "ROLLBACK", "ABORT":
 		fc.tx = 'I'
