@@ -324,6 +324,204 @@ var errReleased = errors.New("server connection released at an idle point")
 // errServerGone reports a failed server connection.
 var errServerGone = errors.New("server connection lost")
 
+// relayStep is what a server reader does with one backend message
+// (stepLocked).
+type relayStep struct {
+	// drop: the message answers one of the proxy's own (or must not reach
+	// the client): it is read and dropped, its effects recorded.
+	drop bool
+	// endInjected: it is the ReadyForQuery that ends an injected Sync or
+	// Query (head).
+	endInjected bool
+	head        expect // the injected message a dropped message answers
+	// deferFatal: an unsolicited error from the session's own backend in
+	// session pooling: a FATAL there is checked (is the server up?) before
+	// the session goes on.
+	deferFatal bool
+}
+
+// stepLocked decides, from the header type of the next backend message on
+// l and the link's state (the injected answers still expected, the
+// barriers waiting, the batches written and answered), whether the
+// message is relayed to the client or dropped, and records what its
+// arrival settles: answered injections leave the queue, barriers pass or
+// fail. The copy loop (serverToClient) then moves the bytes. Callers hold
+// ss.mu.
+func (ss *session) stepLocked(l *link, typ byte) relayStep {
+	var st relayStep
+	stale := 0
+	for stale < len(l.swallow) && l.swallow[stale].batch < l.rfqs {
+		stale++ // its batch already ended
+	}
+	ss.forgetSwallowLocked(l, stale)
+	if len(l.swallow) > 0 && l.swallow[0].batch == l.rfqs {
+		switch e := l.swallow[0]; {
+		case e.kind == 'b' && typ == '3' && e.skip > 0:
+			l.swallow[0].skip-- // the client's own Close answered
+		case e.kind == 'b' && typ == '3':
+			st.drop = true
+			l.swallow = l.swallow[1:]
+			l.barrier = barrierPassed
+			ss.cond.Broadcast()
+		case e.kind == 'b' && typ == 'E':
+			// The batch failed before the barrier: the server skips
+			// to Sync, the barrier is never answered. The client
+			// gets the error.
+			n := 0
+			for n < len(l.swallow) && l.swallow[n].batch == l.rfqs {
+				n++
+			}
+			ss.forgetSwallowLocked(l, n)
+		case e.kind == 'b':
+		case e.kind == 'Z' && typ == 'A':
+			// Asynchronous: a notification. The client gets it.
+		case e.kind == 'Z':
+			st.drop, st.head = true, e
+			st.endInjected = typ == 'Z'
+		case e.kind == typ:
+			st.drop = true
+			l.swallow = l.swallow[1:]
+			if typ == 'E' {
+				// The proxy failed the batch on purpose (a local
+				// error): the server skips to Sync, so no barrier of
+				// the batch is answered, one written since or later.
+				l.failed = l.rfqs + 1
+				ss.failBarriersLocked(l)
+			}
+		case typ == 'E':
+			// An injected Parse/Close failed: the server now skips the
+			// rest of the batch; its other injections never answer.
+			n := 0
+			for n < len(l.swallow) && l.swallow[n].batch == l.rfqs && l.swallow[n].kind != 'Z' {
+				n++
+			}
+			if n < len(l.swallow) && l.swallow[n].batch == l.rfqs {
+				// The injection had a Sync of its own (before a
+				// simple Query): the error and the skip end there,
+				// unseen; the client's Query runs after it.
+				ss.forgetSwallowLocked(l, n)
+				st.drop, st.head = true, l.swallow[0]
+			} else {
+				// In the client's batch: the client sees the error as
+				// its own statement's.
+				ss.forgetSwallowLocked(l, n)
+				l.errInjected = true
+			}
+		}
+	}
+	// Solicited: answers to a Sync or Query still owed, or to messages
+	// of a batch the client ended with Flush alone (unsynced).
+	if unsolicited := !st.drop && l.batches == l.rfqs && !(l == ss.cur && (ss.tx != 'I' || ss.unsynced)); unsolicited &&
+		(l.replica || typ == 'E' && ss.pinned == "" && ss.freshnessOn()) {
+		switch {
+		case !l.replica && !ss.txPool:
+			// Session pooling: the client holds this backend's PID
+			// (BackendKeyData), so its termination (pg_terminate_backend)
+			// ends the session with its FATAL at once, as directly. A
+			// primary that is shutting down or crashed is an outage the
+			// session rides out on replicas instead (the 'E' case
+			// below tells them apart).
+			st.drop, st.deferFatal = true, true
+		default:
+			// Unsolicited, from a link nobody waits on: anything from
+			// a replica (a FATAL before a shutdown, a ParameterStatus
+			// after a reload), or in transaction pooling the primary's
+			// FATAL before it goes away. The client is talking to
+			// another server and must not see it. (NOTIFY and notices
+			// from the primary still pass: LISTEN pins the session
+			// there.)
+			st.drop = true
+		}
+	}
+	return st
+}
+
+// dropMessage reads and drops the backend message h on l (stepLocked
+// said so), recording what it carries: a ParameterStatus, an injected
+// statement's failure (taken back: undo), a FATAL of the session's own
+// backend (the session may end with it), the ReadyForQuery that ends an
+// injection. body is the reader's reusable buffer. errReleased: the
+// connection went back to its pool (transaction pooling, idle now).
+func (ss *session) dropMessage(l *link, h wire.Header, st relayStep, body []byte) ([]byte, error) {
+	srv := l.conn
+	var err error
+	if h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' {
+		if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
+			ss.linkFailed(l, err, false)
+			return body, errServerGone
+		}
+		switch h.Type {
+		case 'S':
+			var ps pgproto3.ParameterStatus
+			if ps.Decode(body) == nil {
+				srv.Params[ps.Name] = ps.Value
+				if st.head.keepParams {
+					ss.mu.Lock()
+					ss.heldParams = append(ss.heldParams, ps)
+					ss.mu.Unlock()
+				}
+			}
+		case 'E':
+			if (st.deferFatal || !l.replica && !ss.txPool) && isFatal(body) {
+				// (Also a FATAL in place of the answer to the
+				// proxy's own message on the primary.)
+				// Units wait while this is decided (routeBatch).
+				ss.mu.Lock()
+				ss.checkingPrimary = true
+				ss.mu.Unlock()
+				if ss.serverUp(l.addr) {
+					// Terminated: the session ends with the error,
+					// also when a replica was answering it (its
+					// statement is cancelled, as the server's own
+					// would have been interrupted).
+					ss.endWithServerError(body)
+				}
+				ss.mu.Lock()
+				ss.checkingPrimary = false
+				ss.cond.Broadcast()
+				ss.mu.Unlock()
+			}
+			// Dropped: the client was not told, so a failure that
+			// follows is reported to it by the proxy.
+			if st.head.kind != 0 {
+				ss.log.Warn("a statement the proxy injected failed", zap.String("server", l.addr), zap.String("error", errorText(body)))
+			}
+			if st.head.undo != nil {
+				ss.mu.Lock()
+				l.undo = append(l.undo, *st.head.undo)
+				ss.mu.Unlock()
+			}
+		}
+	} else if err := wire.Discard(srv.R, h.Len); err != nil {
+		ss.linkFailed(l, err, false)
+		return body, errServerGone
+	}
+	if st.endInjected {
+		ss.mu.Lock()
+		l.rfqs++
+		l.answered = 0
+		if len(body) == 1 {
+			ss.positionsDueLocked(l, body[0])
+		}
+		l.swallow = l.swallow[1:]
+		ss.cond.Broadcast() // syncPrimary may wait for it
+		ss.mu.Unlock()
+	}
+	if srv.R.Buffered() == 0 {
+		// Client messages relayed before the dropped ones may still
+		// sit in the client buffer: the flush is due now.
+		ss.wmu.Lock()
+		if ss.w != nil && ss.w.Buffered() > 0 {
+			ss.flushOut()
+		}
+		ss.wmu.Unlock()
+	}
+	if st.endInjected && ss.txPool && ss.releaseIdle(l) {
+		return body, errReleased
+	}
+	return body, nil
+}
+
 // serverToClient relays l's messages to the client, dropping responses to
 // injected messages. It tracks ReadyForQuery (pending count, transaction
 // status) and ParameterStatus. A failed primary ends the session; a failed
@@ -343,172 +541,16 @@ func (ss *session) serverToClient(l *link) error {
 		}
 
 		ss.mu.Lock()
-		drop, endInjected := false, false
-		var head expect
-		stale := 0
-		for stale < len(l.swallow) && l.swallow[stale].batch < l.rfqs {
-			stale++ // its batch already ended
-		}
-		ss.forgetSwallowLocked(l, stale)
-		if len(l.swallow) > 0 && l.swallow[0].batch == l.rfqs {
-			switch e := l.swallow[0]; {
-			case e.kind == 'b' && h.Type == '3' && e.skip > 0:
-				l.swallow[0].skip-- // the client's own Close answered
-			case e.kind == 'b' && h.Type == '3':
-				drop = true
-				l.swallow = l.swallow[1:]
-				l.barrier = barrierPassed
-				ss.cond.Broadcast()
-			case e.kind == 'b' && h.Type == 'E':
-				// The batch failed before the barrier: the server skips
-				// to Sync, the barrier is never answered. The client
-				// gets the error.
-				n := 0
-				for n < len(l.swallow) && l.swallow[n].batch == l.rfqs {
-					n++
-				}
-				ss.forgetSwallowLocked(l, n)
-			case e.kind == 'b':
-			case e.kind == 'Z' && h.Type == 'A':
-				// Asynchronous: a notification. The client gets it.
-			case e.kind == 'Z':
-				drop, head = true, e
-				endInjected = h.Type == 'Z'
-			case e.kind == h.Type:
-				drop = true
-				l.swallow = l.swallow[1:]
-				if h.Type == 'E' {
-					// The proxy failed the batch on purpose (a local
-					// error): the server skips to Sync, so no barrier of
-					// the batch is answered, one written since or later.
-					l.failed = l.rfqs + 1
-					ss.failBarriersLocked(l)
-				}
-			case h.Type == 'E':
-				// An injected Parse/Close failed: the server now skips the
-				// rest of the batch; its other injections never answer.
-				n := 0
-				for n < len(l.swallow) && l.swallow[n].batch == l.rfqs && l.swallow[n].kind != 'Z' {
-					n++
-				}
-				if n < len(l.swallow) && l.swallow[n].batch == l.rfqs {
-					// The injection had a Sync of its own (before a
-					// simple Query): the error and the skip end there,
-					// unseen; the client's Query runs after it.
-					ss.forgetSwallowLocked(l, n)
-					drop, head = true, l.swallow[0]
-				} else {
-					// In the client's batch: the client sees the error as
-					// its own statement's.
-					ss.forgetSwallowLocked(l, n)
-					l.errInjected = true
-				}
-			}
-		}
-		deferFatal := false
-		// Solicited: answers to a Sync or Query still owed, or to messages
-		// of a batch the client ended with Flush alone (unsynced).
-		if unsolicited := !drop && l.batches == l.rfqs && !(l == ss.cur && (ss.tx != 'I' || ss.unsynced)); unsolicited &&
-			(l.replica || h.Type == 'E' && ss.pinned == "" && ss.freshnessOn()) {
-			switch {
-			case !l.replica && !ss.txPool:
-				// Session pooling: the client holds this backend's PID
-				// (BackendKeyData), so its termination (pg_terminate_backend)
-				// ends the session with its FATAL at once, as directly. A
-				// primary that is shutting down or crashed is an outage the
-				// session rides out on replicas instead (the 'E' case
-				// below tells them apart).
-				drop, deferFatal = true, true
-			default:
-				// Unsolicited, from a link nobody waits on: anything from
-				// a replica (a FATAL before a shutdown, a ParameterStatus
-				// after a reload), or in transaction pooling the primary's
-				// FATAL before it goes away. The client is talking to
-				// another server and must not see it. (NOTIFY and notices
-				// from the primary still pass: LISTEN pins the session
-				// there.)
-				drop = true
-			}
-		}
+		st := ss.stepLocked(l, h.Type)
+		drop := st.drop
 		ss.mu.Unlock()
 		if h.Type == 'E' && !drop {
 			raceWait(func(w *RaceWindows) time.Duration { return w.AfterErrorHeader })
 		}
 
 		if drop {
-			if h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' {
-				if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
-					ss.linkFailed(l, err, false)
-					return errServerGone
-				}
-				switch h.Type {
-				case 'S':
-					var ps pgproto3.ParameterStatus
-					if ps.Decode(body) == nil {
-						srv.Params[ps.Name] = ps.Value
-						if head.keepParams {
-							ss.mu.Lock()
-							ss.heldParams = append(ss.heldParams, ps)
-							ss.mu.Unlock()
-						}
-					}
-				case 'E':
-					if (deferFatal || !l.replica && !ss.txPool) && isFatal(body) {
-						// (Also a FATAL in place of the answer to the
-						// proxy's own message on the primary.)
-						// Units wait while this is decided (routeBatch).
-						ss.mu.Lock()
-						ss.checkingPrimary = true
-						ss.mu.Unlock()
-						if ss.serverUp(l.addr) {
-							// Terminated: the session ends with the error,
-							// also when a replica was answering it (its
-							// statement is cancelled, as the server's own
-							// would have been interrupted).
-							ss.endWithServerError(body)
-						}
-						ss.mu.Lock()
-						ss.checkingPrimary = false
-						ss.cond.Broadcast()
-						ss.mu.Unlock()
-					}
-					// Dropped: the client was not told, so a failure that
-					// follows is reported to it by the proxy.
-					if head.kind != 0 {
-						ss.log.Warn("a statement the proxy injected failed", zap.String("server", l.addr), zap.String("error", errorText(body)))
-					}
-					if head.undo != nil {
-						ss.mu.Lock()
-						l.undo = append(l.undo, *head.undo)
-						ss.mu.Unlock()
-					}
-				}
-			} else if err := wire.Discard(srv.R, h.Len); err != nil {
-				ss.linkFailed(l, err, false)
-				return errServerGone
-			}
-			if endInjected {
-				ss.mu.Lock()
-				l.rfqs++
-				l.answered = 0
-				if len(body) == 1 {
-					ss.positionsDueLocked(l, body[0])
-				}
-				l.swallow = l.swallow[1:]
-				ss.cond.Broadcast() // syncPrimary may wait for it
-				ss.mu.Unlock()
-			}
-			if srv.R.Buffered() == 0 {
-				// Client messages relayed before the dropped ones may still
-				// sit in the client buffer: the flush is due now.
-				ss.wmu.Lock()
-				if ss.w != nil && ss.w.Buffered() > 0 {
-					ss.flushOut()
-				}
-				ss.wmu.Unlock()
-			}
-			if endInjected && ss.txPool && ss.releaseIdle(l) {
-				return errReleased
+			if body, err = ss.dropMessage(l, h, st, body); err != nil {
+				return err
 			}
 			continue
 		}

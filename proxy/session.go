@@ -77,7 +77,24 @@ type session struct {
 	deferred   string        // a plain BEGIN answered locally, not yet sent to a server
 
 	mu       sync.Mutex
-	cond     *sync.Cond       // on mu: signalled at ReadyForQuery, link failure and kill
+	// cond, on mu, is broadcast by every change of a field below that a
+	// wait depends on. The waits and their predicates (each also ends
+	// when the session is killed or the link it waits on dies):
+	//
+	//	waitIdle (local.go)              pending == 0: every ReadyForQuery owed arrived
+	//	decideWhenReady (forward.go)     the server still answering is the one the unit goes to, or done
+	//	sendRetryable (forward.go)       answered: the first byte of a replica read reached the client
+	//	syncPrimary (forward.go)         l.rfqs reaches the injected Sync's batch
+	//	barrier (localext.go)            l.barrier leaves barrierPending
+	//	settleOps (statements.go)        no statement op of an earlier batch pending on l
+	//	waitCaptures (fresh.go)          captures == 0: the session's write positions answered
+	//	awaitPrimaryCheck (session.go)   !checkingPrimary
+	//	link.go parking                  the parked reader's link is claimed or released
+	//
+	// Lock order: wmu, then mu (a server reader relaying to the client
+	// holds wmu and takes mu to record what it relayed); wmu is never
+	// taken while mu is held.
+	cond     *sync.Cond
 	primary  *link            // attached at connect, for the whole session
 	replicas map[string]*link // replica links used by this session, by address
 	cur      *link            // the server of the current or last unit
