@@ -16,6 +16,7 @@ import (
 
 	"github.com/pg-kinetic/pg-kinetic/classify"
 	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/health"
 	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
@@ -39,6 +40,18 @@ func (ss *session) connect() error {
 	ss.txPool = ss.cfg.Server.PoolMode == config.PoolModeTransaction && !repl
 	d := decideSessionServer(route)
 	srv, p, err := ss.acquire(d.addr)
+	viaReplica := false
+	if err != nil && ss.admitsWithoutPrimary(err) {
+		// The primary is down, and reads need none (issue 14: reads stay
+		// up while the primary is down). The session logs in through a
+		// replica and gets a proxy PID; its writes fail with 08006 until
+		// the primary is reachable again (primaryLink).
+		if rsrv, rp, rerr := ss.acquireAnyReplica(); rerr == nil {
+			ss.log.Warn("the primary is unavailable: session admitted for reads", zap.String("route", route.Name),
+				zap.String("primary", d.addr), zap.String("server", rsrv.Addr), zap.Error(err))
+			srv, p, err, viaReplica = rsrv, rp, nil, true
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -75,11 +88,13 @@ func (ss *session) connect() error {
 		params[k] = v
 	}
 	pid := srv.PID
-	if ss.txPool {
+	if ss.txPool || viaReplica {
 		// Transaction pooling binds no server at login: the connection
 		// that answered goes back to the pool (keeping the client's
 		// settings, which the next unit is likely to want), and the
 		// client's process ID is the proxy's own (PgBouncer does the same).
+		// So does a session that logged in through a replica: it has no
+		// primary backend whose PID it could be given.
 		ss.releaseServer(srv, p, true)
 		pid = proxyPID()
 	} else {
@@ -187,6 +202,55 @@ func (ss *session) acquire(addr string) (*pool.Conn, *pool.Pool, error) {
 	return c, p, nil
 }
 
+// admitsWithoutPrimary reports whether a session whose primary refused
+// it with err may still log in through a replica: the route routes reads
+// to replicas, and the primary is unreachable or not accepting connections
+// (SQLSTATE class 57: shutting down, starting up, in recovery), not a
+// refusal of the client (a password, a database, a full pool).
+func (ss *session) admitsWithoutPrimary(err error) bool {
+	if !ss.freshnessOn() {
+		return false
+	}
+	var ce *clientError
+	if errors.As(err, &ce) {
+		return ce.code == codeConnectionFailure
+	}
+	var pe *pool.ServerError
+	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "57")
+}
+
+// acquireAnyReplica takes a server connection from the first of the
+// route's replicas (in config order) that accepts one and is not backed
+// off, for a login while the primary is down.
+func (ss *session) acquireAnyReplica() (*pool.Conn, *pool.Pool, error) {
+	err := errors.New("no replica")
+	now := time.Now()
+	snap := ss.snapshot()
+	for _, rep := range ss.route.Replicas {
+		var v health.Verdict
+		have := false
+		if snap != nil {
+			v, have = snap.Get(rep.Address)
+		}
+		if ss.srv.backoff.blocked(rep.Address, now, v, have) || have && !v.Reachable {
+			continue
+		}
+		p, perr := ss.pool(rep.Address, replicaDialTimeout(ss.route, ss.srv.opts.connectTimeout))
+		if perr != nil {
+			err = perr
+			continue
+		}
+		c, aerr := p.Acquire(context.Background())
+		if aerr != nil {
+			err = aerr
+			ss.srv.backoff.failed(rep.Address, now)
+			continue
+		}
+		return c, p, nil
+	}
+	return nil, nil, err
+}
+
 // pool is the pool of server connections to addr for the session's user
 // and route: the one place its pool.Options are built. A dial to addr
 // gives up after connectTimeout.
@@ -268,9 +332,13 @@ func (ss *session) primaryLink() (*link, error) {
 			// PgBouncer's query_wait_timeout, and the client may retry.
 			return nil, &clientError{severity: "ERROR", code: ce.code, message: ce.message, detail: ce.detail}
 		}
+		detail := err.Error()
+		if errors.As(err, &ce) && ce.detail != "" {
+			detail = ce.detail // (the server and the cause)
+		}
 		return nil, &clientError{severity: "ERROR", code: codeConnectionFailure,
 			message: "pg-kinetic: the primary of route " + quoteIdent(ss.route.Name) + " is unavailable",
-			detail:  err.Error()}
+			detail:  detail}
 	}
 	if l != nil {
 		ss.detach(l, false)
