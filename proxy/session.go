@@ -76,7 +76,7 @@ type session struct {
 	classified []*classified // analyze's records, reused unit after unit
 	deferred   string        // a plain BEGIN answered locally, not yet sent to a server
 
-	mu       sync.Mutex
+	mu sync.Mutex
 	// cond, on mu, is broadcast by every change of a field below that a
 	// wait depends on. The waits and their predicates (each also ends
 	// when the session is killed or the link it waits on dies):
