@@ -59,13 +59,13 @@ func (ss *session) noteSeenLocked(addr string) {
 			s.started = v.StartedAt
 		}
 	}
-	for i := range ss.seen {
-		if ss.seen[i].addr == addr && ss.seen[i].started.Equal(s.started) {
-			ss.seen[i].at = s.at // a later read: a later probe bounds both
+	for i := range ss.fresh.seen {
+		if ss.fresh.seen[i].addr == addr && ss.fresh.seen[i].started.Equal(s.started) {
+			ss.fresh.seen[i].at = s.at // a later read: a later probe bounds both
 			return
 		}
 	}
-	ss.seen = append(ss.seen, s)
+	ss.fresh.seen = append(ss.fresh.seen, s)
 }
 
 // boundSeenLocked raises the floor to the replay position probed on each
@@ -74,11 +74,11 @@ func (ss *session) noteSeenLocked(addr string) {
 // Callers hold ss.mu.
 // It returns the highest bound applied (zero if none).
 func (ss *session) boundSeenLocked(snap *health.Snapshot) (raised freshness.Token) {
-	if len(ss.seen) == 0 || snap == nil {
+	if len(ss.fresh.seen) == 0 || snap == nil {
 		return freshness.Token{}
 	}
-	kept := ss.seen[:0]
-	for _, s := range ss.seen {
+	kept := ss.fresh.seen[:0]
+	for _, s := range ss.fresh.seen {
 		v, ok := snap.Get(s.addr)
 		if ok && v.Reachable && v.Err == "" && v.Detected == health.RoleStandby && v.ReplayLSN != 0 &&
 			v.ProbedAt.After(s.at) && !s.started.IsZero() && v.StartedAt.Equal(s.started) {
@@ -91,7 +91,7 @@ func (ss *session) boundSeenLocked(snap *health.Snapshot) (raised freshness.Toke
 		}
 		kept = append(kept, s)
 	}
-	ss.seen = kept
+	ss.fresh.seen = kept
 	return raised
 }
 
@@ -102,7 +102,7 @@ func (ss *session) boundSeenLocked(snap *health.Snapshot) (raised freshness.Toke
 // It reports whether it took away the last eligible replica (then a
 // bound from the primary may open the others: boundSeenByPrimary).
 func (ss *session) restrictToSeenLocked(cands []candidate, snap *health.Snapshot) (blocked bool) {
-	if len(ss.seen) == 0 {
+	if len(ss.fresh.seen) == 0 {
 		return false
 	}
 	before := slices.ContainsFunc(cands, func(c candidate) bool { return c.eligible && c.weight > 0 })
@@ -114,7 +114,7 @@ func (ss *session) restrictToSeenLocked(cands []candidate, snap *health.Snapshot
 		if !c.eligible {
 			continue
 		}
-		for _, s := range ss.seen {
+		for _, s := range ss.fresh.seen {
 			restarted := false
 			if snap != nil {
 				if v, ok := snap.Get(c.addr); ok && s.addr == c.addr && !v.StartedAt.Equal(s.started) {
@@ -136,7 +136,7 @@ func (ss *session) restrictToSeenLocked(cands []candidate, snap *health.Snapshot
 // did.
 func (ss *session) boundSeenByPrimary() bool {
 	ss.mu.Lock()
-	n := len(ss.seen)
+	n := len(ss.fresh.seen)
 	ss.mu.Unlock()
 	rd := ss.positionReader()
 	if n == 0 || rd == nil {
@@ -151,13 +151,13 @@ func (ss *session) boundSeenByPrimary() bool {
 	}
 	ss.mu.Lock()
 	ss.raiseFloorLocked(tok)
-	kept := ss.seen[:0]
-	for _, s := range ss.seen {
+	kept := ss.fresh.seen[:0]
+	for _, s := range ss.fresh.seen {
 		if s.at.After(asked) { // noted meanwhile: not covered
 			kept = append(kept, s)
 		}
 	}
-	ss.seen = kept
+	ss.fresh.seen = kept
 	ss.mu.Unlock()
 	return true
 }
@@ -175,7 +175,7 @@ func (ss *session) hurrySeen(req freshness.Requirement) {
 		return
 	}
 	ss.mu.Lock()
-	for _, s := range ss.seen {
+	for _, s := range ss.fresh.seen {
 		checker.Hurry(s.addr)
 	}
 	ss.mu.Unlock()
@@ -214,7 +214,7 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.
 	}
 	ask := map[string]bool{}
 	ss.mu.Lock()
-	for _, s := range ss.seen {
+	for _, s := range ss.fresh.seen {
 		ask[s.addr] = true
 	}
 	ss.mu.Unlock()
@@ -258,8 +258,8 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.
 			}
 		}
 		ss.mu.Lock()
-		kept := ss.seen[:0]
-		for _, s := range ss.seen {
+		kept := ss.fresh.seen[:0]
+		for _, s := range ss.fresh.seen {
 			if s.addr == a.addr && s.at.Before(asked) && !s.started.IsZero() && s.started.Equal(started) {
 				ss.raiseFloorLocked(a.tok)
 				if raised.Less(a.tok) {
@@ -270,7 +270,7 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.
 			}
 			kept = append(kept, s)
 		}
-		ss.seen = kept
+		ss.fresh.seen = kept
 		ss.mu.Unlock()
 	}
 	return raised, changed

@@ -36,10 +36,10 @@ func TestSeenReadsBoundAndRestrict(t *testing.T) {
 	}
 
 	ss := newSession()
-	ss.seen = []seenRead{{addr: a, at: readAt, started: started}}
+	ss.fresh.seen = []seenRead{{addr: a, at: readAt, started: started}}
 	before := health.NewSnapshot(standby(a, readAt.Add(-time.Millisecond), 500, started), standby(b, readAt, 900, started))
-	if raised := ss.boundSeenLocked(before); !raised.IsZero() || len(ss.seen) != 1 {
-		t.Fatalf("a probe begun before the read bounded it: raised %v, seen %v", raised, ss.seen)
+	if raised := ss.boundSeenLocked(before); !raised.IsZero() || len(ss.fresh.seen) != 1 {
+		t.Fatalf("a probe begun before the read bounded it: raised %v, seen %v", raised, ss.fresh.seen)
 	}
 	c := cands()
 	if blocked := ss.restrictToSeenLocked(c, before); blocked || !c[0].eligible || c[1].eligible || c[1].reason != reasonReadYourWrites {
@@ -57,8 +57,8 @@ func TestSeenReadsBoundAndRestrict(t *testing.T) {
 
 	after := health.NewSnapshot(standby(a, readAt.Add(time.Millisecond), 700, started), standby(b, readAt, 900, started))
 	raised := ss.boundSeenLocked(after)
-	if raised != (freshness.Token{Timeline: 1, LSN: 700}) || len(ss.seen) != 0 || ss.floor.LSN != 700 {
-		t.Fatalf("a probe begun after the read: raised %v, seen %v, floor %v; want 1/700, none, 700", raised, ss.seen, ss.floor)
+	if raised != (freshness.Token{Timeline: 1, LSN: 700}) || len(ss.fresh.seen) != 0 || ss.fresh.floor.LSN != 700 {
+		t.Fatalf("a probe begun after the read: raised %v, seen %v, floor %v; want 1/700, none, 700", raised, ss.fresh.seen, ss.fresh.floor)
 	}
 	c = cands()
 	if ss.restrictToSeenLocked(c, after); !c[0].eligible || !c[1].eligible {

@@ -29,7 +29,7 @@ func TestCaptureAccounting(t *testing.T) {
 	captures := func(ss *session) int {
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
-		return ss.captures
+		return ss.fresh.captures
 	}
 
 	t.Run("a position due after a unit whose link fails", func(t *testing.T) {
@@ -81,7 +81,7 @@ func TestCaptureAccounting(t *testing.T) {
 		}
 		ss.readyForQuery(l, 'I')
 		ss.mu.Lock()
-		seen := len(ss.seen)
+		seen := len(ss.fresh.seen)
 		ss.mu.Unlock()
 		if seen != 1 {
 			t.Fatalf("%d unbounded replica reads after its ReadyForQuery, want 1", seen)
@@ -92,7 +92,7 @@ func TestCaptureAccounting(t *testing.T) {
 		defer func(d time.Duration) { captureWait = d }(captureWait)
 		captureWait = 50 * time.Millisecond
 		ss := newSession()
-		ss.captures = 1 // counted, and nothing will ever answer it
+		ss.fresh.captures = 1 // counted, and nothing will ever answer it
 		if ss.waitCaptures() {
 			t.Fatal("waitCaptures = true with a query never answered")
 		}
@@ -100,14 +100,14 @@ func TestCaptureAccounting(t *testing.T) {
 
 	t.Run("an answered position ends the wait", func(t *testing.T) {
 		ss := newSession()
-		ss.captures = 1
+		ss.fresh.captures = 1
 		// (A read's position: a write's would also tell the client.)
 		go ss.applyPosition(captureRead, freshness.Token{Timeline: 1, LSN: 42}, true, "", false)
 		if !ss.waitCaptures() {
 			t.Fatal("waitCaptures = false after the position arrived")
 		}
-		if ss.floor.LSN != 42 || ss.owesCapture() {
-			t.Fatalf("floor %v, debt %v; want 0/2A and none", ss.floor, ss.owesCapture())
+		if ss.fresh.floor.LSN != 42 || ss.owesCapture() {
+			t.Fatalf("floor %v, debt %v; want 0/2A and none", ss.fresh.floor, ss.owesCapture())
 		}
 	})
 }

@@ -68,8 +68,8 @@ func (ss *session) connect() error {
 		}
 		st.settings = ss.settingsKey
 	}
-	ss.stmts = map[string]stmtInfo{}
-	ss.sqlPrepared = map[string]sqlPrep{}
+	ss.client.stmts = map[string]stmtInfo{}
+	ss.client.sqlPrepared = map[string]sqlPrep{}
 	// Under mu: the Server reaches sessions still starting up (drain,
 	// abandonReads), and reads these under mu.
 	ss.mu.Lock()

@@ -479,9 +479,9 @@ func (ss *session) replicaTxEndSplit(b *batch) int {
 			return q, true
 		}
 		if name == "" {
-			return ss.unnamed.query, ss.unnamed.parse != nil
+			return ss.client.unnamed.query, ss.client.unnamed.parse != nil
 		}
-		st, ok := ss.stmts[name]
+		st, ok := ss.client.stmts[name]
 		return st.query, ok
 	}
 	endsTx := func(q string) bool {
@@ -820,9 +820,9 @@ func (ss *session) txControlIndex(b *batch) int {
 			// Its statement's Parse body, where the text follows the name.
 			var parse []byte
 			if name == "" {
-				parse = ss.unnamed.parse
+				parse = ss.client.unnamed.parse
 			} else {
-				parse = ss.stmts[name].parse
+				parse = ss.client.stmts[name].parse
 			}
 			n := bytes.IndexByte(parse, 0)
 			if n < 0 {
@@ -1071,7 +1071,7 @@ func (ss *session) payCaptureDebt() error {
 	}
 	ss.waitIdle()
 	ss.mu.Lock()
-	ss.captures++
+	ss.fresh.captures++
 	ss.requestPositionLocked(captureWrite, true)
 	ss.mu.Unlock()
 	return nil
@@ -1081,7 +1081,7 @@ func (ss *session) payCaptureDebt() error {
 func (ss *session) owesCapture() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.captureDebt
+	return ss.fresh.captureDebt
 }
 
 // linkDead reports whether l's reader has ended on a failure.
@@ -1124,7 +1124,7 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 		// Nothing but copy messages may follow COPY FROM STDIN: the
 		// position is read before the session's next unit instead.
 		ss.mu.Lock()
-		ss.captureDebt = true
+		ss.fresh.captureDebt = true
 		ss.mu.Unlock()
 		return nil
 	}
@@ -1322,7 +1322,7 @@ func (ss *session) plan(u unitInfo) (unitPlan, health.Verdict) {
 			// answered: they move the token.)
 			f.positionAsked, f.positionKnown = true, ss.waitCaptures() && !ss.owesCapture()
 			ss.mu.Lock()
-			f.floor, f.token, f.minLSN = ss.floor, ss.token, ss.minLSN
+			f.floor, f.token, f.minLSN = ss.fresh.floor, ss.fresh.token, ss.fresh.minLSN
 			ss.mu.Unlock()
 		case needStrict:
 			f.strictAsked = true
@@ -1396,10 +1396,10 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 			cands[i].eligible, cands[i].reason = false, reasonReplicaUnavailable
 		}
 	}
-	ss.seenBlocked = false
+	ss.fresh.seenBlocked = false
 	if floor {
-		ss.seenBlocked = ss.restrictToSeenLocked(cands, snap)
-		s.affine = ss.affine
+		ss.fresh.seenBlocked = ss.restrictToSeenLocked(cands, snap)
+		s.affine = ss.fresh.affine
 	}
 	if ss.deferred != "" && !u.txStart {
 		// A plain BEGIN opened a write-capable transaction.
@@ -1407,9 +1407,9 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 	}
 	d := decide(s, u, cands, rand.Float64())
 	if d.target == targetReplica {
-		ss.usedReplica = true
+		ss.fresh.usedReplica = true
 		if floor {
-			ss.affine = d.addr
+			ss.fresh.affine = d.addr
 		}
 	}
 	return d
@@ -1494,11 +1494,11 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 				_ = q // classified with its Parse
 				continue
 			}
-			if name == "" && ss.unnamed.parse != nil {
-				use(ss.unnamed.query)
-			} else if st, ok := ss.stmts[name]; ok {
+			if name == "" && ss.client.unnamed.parse != nil {
+				use(ss.client.unnamed.query)
+			} else if st, ok := ss.client.stmts[name]; ok {
 				use(st.query)
-			} else if p, ok := ss.sqlPrepared[name]; ok {
+			} else if p, ok := ss.client.sqlPrepared[name]; ok {
 				// A Bind of a statement PREPAREd in SQL (one namespace)
 				// reads when the prepared statement does.
 				if p.inner != classify.KindRead {
@@ -1585,7 +1585,7 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 		case classify.EffectPin:
 			u.pinEffect = true
 		case classify.EffectExecute:
-			p, ok := ss.sqlPrepared[st.PrepareName]
+			p, ok := ss.client.sqlPrepared[st.PrepareName]
 			stRead = ok && p.inner == classify.KindRead && !st.ParamsWrite
 			stReason = reasonWrite
 		case classify.EffectPrepare:
@@ -1626,25 +1626,25 @@ func (ss *session) recordEffects(ds []*classified) {
 					ss.effects = append(ss.effects, effect{kind: st.Effect, setting: more, seq: ss.unitSeq})
 				}
 			case classify.EffectPrepare:
-				_, taken := ss.sqlPrepared[st.PrepareName]
-				if _, parsed := ss.stmts[st.PrepareName]; parsed {
+				_, taken := ss.client.sqlPrepared[st.PrepareName]
+				if _, parsed := ss.client.stmts[st.PrepareName]; parsed {
 					taken = true
 				}
 				if taken {
 					continue // the server refuses it (42P05): the client's stays
 				}
 				if len(dec.Statements) == 1 && st.Inner != nil {
-					ss.sqlPrepared[st.PrepareName] = sqlPrep{text: strings.TrimSpace(dec.text), inner: st.Inner.Kind}
+					ss.client.sqlPrepared[st.PrepareName] = sqlPrep{text: strings.TrimSpace(dec.text), inner: st.Inner.Kind}
 				}
 			case classify.EffectDeallocate:
 				if st.PrepareName == "" {
 					// (The unnamed statement is not a prepared statement
 					// DEALLOCATE ALL knows: it survives.)
-					ss.sqlPrepared = map[string]sqlPrep{}
-					ss.stmts = map[string]stmtInfo{}
+					ss.client.sqlPrepared = map[string]sqlPrep{}
+					ss.client.stmts = map[string]stmtInfo{}
 				} else {
-					delete(ss.sqlPrepared, st.PrepareName)
-					delete(ss.stmts, st.PrepareName) // one namespace
+					delete(ss.client.sqlPrepared, st.PrepareName)
+					delete(ss.client.stmts, st.PrepareName) // one namespace
 				}
 			}
 		}

@@ -43,12 +43,12 @@ func (ss *session) routingMode() string {
 func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr string, clearsDebt bool) {
 	var status2 *pgproto3.ParameterStatus
 	ss.mu.Lock()
-	ss.captures--
+	ss.fresh.captures--
 	if ok {
 		switch kind {
 		case captureWrite:
-			if ss.token.Less(tok) {
-				ss.token = tok
+			if ss.fresh.token.Less(tok) {
+				ss.fresh.token = tok
 				status2 = &pgproto3.ParameterStatus{Name: "pg_kinetic.write_lsn", Value: tok.String()}
 			}
 			ss.raiseFloorLocked(tok)
@@ -59,12 +59,12 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr s
 			ss.srv.observe(addr, tok)
 		}
 		if clearsDebt {
-			ss.captureDebt = false
+			ss.fresh.captureDebt = false
 		}
 	} else if kind != capturePosition {
 		// What the unit wrote or saw is unknown: reads go to the primary
 		// until a position is read (payCaptureDebt).
-		ss.captureDebt = true
+		ss.fresh.captureDebt = true
 	}
 	ss.cond.Broadcast()
 	ss.mu.Unlock()
@@ -93,12 +93,12 @@ type positionDue struct {
 // connection, after that ReadyForQuery, so it is at or after the unit's
 // commit. Callers hold ss.mu.
 func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
-	ss.captures++
+	ss.fresh.captures++
 	if l.rfqs >= batch {
 		// Answered already (the unit was flushed as it was written): a
 		// request now is after its ReadyForQuery.
 		if ss.tx != 'I' {
-			ss.captures--
+			ss.fresh.captures--
 			ss.cond.Broadcast()
 			return
 		}
@@ -106,8 +106,8 @@ func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
 		return
 	}
 	if l.dead {
-		ss.captures--
-		ss.captureDebt = true
+		ss.fresh.captures--
+		ss.fresh.captureDebt = true
 		ss.cond.Broadcast()
 		return
 	}
@@ -129,7 +129,7 @@ func (ss *session) seenAfterLocked(l *link, batch uint64) {
 func (ss *session) seenBlockedNow() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.seenBlocked && len(ss.seen) > 0
+	return ss.fresh.seenBlocked && len(ss.fresh.seen) > 0
 }
 
 // positionsDueLocked requests the positions due at l's ReadyForQuery
@@ -144,7 +144,7 @@ func (ss *session) positionsDueLocked(l *link, status byte) {
 			continue
 		}
 		if status != 'I' {
-			ss.captures--
+			ss.fresh.captures--
 			continue
 		}
 		ss.requestPositionLocked(d.kind, false)
@@ -168,8 +168,8 @@ func (ss *session) positionsDueLocked(l *link, status byte) {
 func (ss *session) requestPositionLocked(kind byte, clearsDebt bool) {
 	rd := ss.positionReader()
 	if rd == nil {
-		ss.captures--
-		ss.captureDebt = ss.captureDebt || kind != capturePosition
+		ss.fresh.captures--
+		ss.fresh.captureDebt = ss.fresh.captureDebt || kind != capturePosition
 		ss.cond.Broadcast()
 		return
 	}
@@ -179,7 +179,7 @@ func (ss *session) requestPositionLocked(kind byte, clearsDebt bool) {
 		}
 		ss.applyPosition(kind, tok, err == nil, "", clearsDebt)
 	}
-	if !ss.usedReplica && !clearsDebt && (kind == captureWrite || kind == captureRead) {
+	if !ss.fresh.usedReplica && !clearsDebt && (kind == captureWrite || kind == captureRead) {
 		rd.RequestLater(done)
 		return
 	}
@@ -195,8 +195,8 @@ func (ss *session) positionsLostLocked(l *link) {
 			ss.noteSeenLocked(l.addr)
 			continue
 		}
-		ss.captures--
-		ss.captureDebt = true
+		ss.fresh.captures--
+		ss.fresh.captureDebt = true
 	}
 	l.due = nil
 	ss.cond.Broadcast()
@@ -205,8 +205,8 @@ func (ss *session) positionsLostLocked(l *link) {
 // raiseFloorLocked moves the monotonic-read floor up to t. Callers hold
 // ss.mu.
 func (ss *session) raiseFloorLocked(t freshness.Token) {
-	if ss.floor.Less(t) {
-		ss.floor = t
+	if ss.fresh.floor.Less(t) {
+		ss.fresh.floor = t
 	}
 }
 
@@ -214,7 +214,7 @@ func (ss *session) raiseFloorLocked(t freshness.Token) {
 // (SPEC §5), given the route's policy and the unit's hints.
 func (ss *session) readRequirement(u unitInfo, primary health.Verdict) freshness.Requirement {
 	ss.mu.Lock()
-	floor, token, minLSN := ss.floor, ss.token, ss.minLSN
+	floor, token, minLSN := ss.fresh.floor, ss.fresh.token, ss.fresh.minLSN
 	ss.mu.Unlock()
 	return requirement(ss.route, u, primary.Timeline, floor, token, minLSN)
 }
@@ -315,8 +315,8 @@ var captureWait = 5 * time.Second
 func (ss *session) waitCaptures() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if ss.captures <= 0 || ss.killed {
-		return ss.captures <= 0
+	if ss.fresh.captures <= 0 || ss.killed {
+		return ss.fresh.captures <= 0
 	}
 	if rd := ss.positionReader(); rd != nil {
 		rd.Hurry() // positions asked for in no hurry (requestPositionLocked)
@@ -330,14 +330,14 @@ func (ss *session) waitCaptures() bool {
 	})
 	defer t.Stop()
 	// A capture on a link that fails is uncounted by linkFailed.
-	for ss.captures > 0 && !ss.killed && !expired {
+	for ss.fresh.captures > 0 && !ss.killed && !expired {
 		ss.cond.Wait()
 	}
-	if ss.captures > 0 && !ss.killed {
+	if ss.fresh.captures > 0 && !ss.killed {
 		ss.log.Warn("WAL position query unanswered; this unit treats the session's token as unknown",
-			zap.Duration("waited", captureWait), zap.Int("in_flight", ss.captures))
+			zap.Duration("waited", captureWait), zap.Int("in_flight", ss.fresh.captures))
 	}
-	return ss.captures <= 0
+	return ss.fresh.captures <= 0
 }
 
 // waitForReplica waits, up to the route's read_after_write_timeout_ms,

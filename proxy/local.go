@@ -141,7 +141,7 @@ func (ss *session) abortServerTx() error {
 func (ss *session) queryNotForwarded() {
 	ss.waitIdle()
 	ss.mu.Lock()
-	ss.unnamed = stmtInfo{}
+	ss.client.unnamed = stmtInfo{}
 	ss.mu.Unlock()
 	ss.forgetLocalOnQuery()
 }
@@ -261,9 +261,9 @@ func (ss *session) kineticShow(name string) (string, *pgproto3.ErrorResponse) {
 		return "", withHint(errorf(codeObjectNotInPrerequisiteState, "pg-kinetic: the session's write position is not known yet"), "Try again.")
 	}
 	ss.mu.Lock()
-	t := ss.token
+	t := ss.fresh.token
 	if name == "pg_kinetic.min_lsn" {
-		t = ss.minLSN
+		t = ss.fresh.minLSN
 	}
 	ss.mu.Unlock()
 	if t.IsZero() {
@@ -290,7 +290,7 @@ func (ss *session) kineticSet(set classify.Setting) (string, *pgproto3.ErrorResp
 			}
 		}
 		ss.mu.Lock()
-		ss.minLSN = t
+		ss.fresh.minLSN = t
 		ss.mu.Unlock()
 	case "pg_kinetic.query_class":
 		v := strings.Trim(set.Value, "'")

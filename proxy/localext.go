@@ -82,25 +82,25 @@ func containsFold(s, w string) bool {
 // (the common case costs one scan of the Parse texts).
 func (ss *session) localPlan(b *batch) []bool {
 	ss.applyClientUndo()
-	if len(ss.kportals) > 0 || len(ss.srvPortals) > 0 {
+	if len(ss.client.kportals) > 0 || len(ss.client.srvPortals) > 0 {
 		// Portals end with their transaction, the proxy's as the
 		// server's: a portal made in unit k is gone once a unit from k on
 		// ended outside a transaction block (or now, all idle).
 		ss.mu.Lock()
 		ended, idle := max(ss.lastIdleDone, ss.portalsEnd), ss.idleLocked() && !ss.localOpen
 		ss.mu.Unlock()
-		for name, p := range ss.kportals {
+		for name, p := range ss.client.kportals {
 			if idle || p.seq < ended {
-				delete(ss.kportals, name)
+				delete(ss.client.kportals, name)
 			}
 		}
-		for name, seq := range ss.srvPortals {
+		for name, seq := range ss.client.srvPortals {
 			if idle || seq < ended {
-				delete(ss.srvPortals, name)
+				delete(ss.client.srvPortals, name)
 			}
 		}
 	}
-	if len(ss.kstmts) == 0 && len(ss.kportals) == 0 {
+	if len(ss.client.kstmts) == 0 && len(ss.client.kportals) == 0 {
 		any := false
 		for _, m := range b.msgs {
 			if m.typ == 'P' {
@@ -115,11 +115,11 @@ func (ss *session) localPlan(b *batch) []bool {
 		}
 	}
 	stmts := map[string]bool{}
-	for n := range ss.kstmts {
+	for n := range ss.client.kstmts {
 		stmts[n] = true
 	}
 	portals := map[string]bool{}
-	for n := range ss.kportals {
+	for n := range ss.client.kportals {
 		portals[n] = true
 	}
 	plan := make([]bool, len(b.msgs))
@@ -344,7 +344,7 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 // as the server drops its own.
 func (ss *session) clearLocalPortals() {
 	if ss.txStatus() == 'I' {
-		clear(ss.kportals)
+		clear(ss.client.kportals)
 	}
 }
 
@@ -406,8 +406,8 @@ const (
 // answerLocal answers one local message of the extended protocol and
 // returns the error it fails with, if any.
 func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
-	if ss.kstmts == nil {
-		ss.kstmts, ss.kportals = map[string]kcmd{}, map[string]kportal{}
+	if ss.client.kstmts == nil {
+		ss.client.kstmts, ss.client.kportals = map[string]kcmd{}, map[string]kportal{}
 	}
 	protoErr := func(code, format string, args ...any) *pgproto3.ErrorResponse {
 		return errorf(code, format, args...)
@@ -421,8 +421,8 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 	if typ == 'P' && len(body) > 0 && body[0] == 0 {
 		// A Parse of the unnamed statement drops the old one first,
 		// whether or not it then fails (in a failed transaction too).
-		ss.unnamed = stmtInfo{}
-		delete(ss.kstmts, "")
+		ss.client.unnamed = stmtInfo{}
+		delete(ss.client.kstmts, "")
 	}
 	if ss.txStatus() == 'E' && typ != 'C' {
 		return abortedTx()
@@ -437,28 +437,28 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 		if !ok {
 			return protoErr("42P05", "prepared statement %q already exists", p.Name)
 		}
-		if _, exists := ss.kstmts[p.Name]; exists && p.Name != "" {
+		if _, exists := ss.client.kstmts[p.Name]; exists && p.Name != "" {
 			return protoErr("42P05", "prepared statement %q already exists", p.Name)
 		}
-		if _, exists := ss.stmts[p.Name]; exists && p.Name != "" {
+		if _, exists := ss.client.stmts[p.Name]; exists && p.Name != "" {
 			return protoErr("42P05", "prepared statement %q already exists", p.Name)
 		}
 		if len(p.ParameterOIDs) > 0 {
 			return protoErr("42P02", "there is no parameter $1")
 		}
 		if p.Name == "" {
-			ss.unnamed = stmtInfo{} // replaced on the client's side too
+			ss.client.unnamed = stmtInfo{} // replaced on the client's side too
 		}
-		ss.kstmts[p.Name] = cmd
+		ss.client.kstmts[p.Name] = cmd
 		return send(&pgproto3.ParseComplete{})
 	case 'B':
 		var bd pgproto3.Bind
 		if err := bd.Decode(body); err != nil {
 			return protoErr(codeProtocolViolation, "invalid Bind message")
 		}
-		cmd := ss.kstmts[bd.PreparedStatement]
-		_, local := ss.kportals[bd.DestinationPortal]
-		_, onServer := ss.srvPortals[bd.DestinationPortal]
+		cmd := ss.client.kstmts[bd.PreparedStatement]
+		_, local := ss.client.kportals[bd.DestinationPortal]
+		_, onServer := ss.client.srvPortals[bd.DestinationPortal]
 		if (local || onServer) && bd.DestinationPortal != "" {
 			return protoErr("42P03", "cursor %q already exists", bd.DestinationPortal) // PostgreSQL's words
 		}
@@ -470,18 +470,18 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 		if len(bd.ResultFormatCodes) > 0 {
 			text = bd.ResultFormatCodes[0] == 0
 		}
-		ss.kportals[bd.DestinationPortal] = kportal{cmd: cmd, textFmt: text, seq: ss.unitSeqNow()}
+		ss.client.kportals[bd.DestinationPortal] = kportal{cmd: cmd, textFmt: text, seq: ss.unitSeqNow()}
 		return send(&pgproto3.BindComplete{})
 	case 'D':
 		kind, name, _ := describeTarget(body)
 		if kind == 'S' {
-			cmd := ss.kstmts[name]
+			cmd := ss.client.kstmts[name]
 			if cmd.show == "" {
 				return send(&pgproto3.ParameterDescription{}, &pgproto3.NoData{})
 			}
 			return send(&pgproto3.ParameterDescription{}, rowDescription(cmd.show, true))
 		}
-		p := ss.kportals[name]
+		p := ss.client.kportals[name]
 		if p.cmd.show == "" {
 			return send(&pgproto3.NoData{})
 		}
@@ -492,10 +492,10 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 		if len(rest) >= 4 {
 			maxRows = binary.BigEndian.Uint32(rest)
 		}
-		p := ss.kportals[portal]
+		p := ss.client.kportals[portal]
 		ran := p.ran
 		p.ran = true
-		ss.kportals[portal] = p
+		ss.client.kportals[portal] = p
 		if p.cmd.show != "" {
 			done := &pgproto3.CommandComplete{CommandTag: []byte("SHOW")}
 			if ran {
@@ -524,9 +524,9 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 	case 'C':
 		kind, name, _ := describeTarget(body)
 		if kind == 'S' {
-			delete(ss.kstmts, name)
+			delete(ss.client.kstmts, name)
 		} else {
-			delete(ss.kportals, name)
+			delete(ss.client.kportals, name)
 		}
 		return send(&pgproto3.CloseComplete{})
 	}
@@ -555,17 +555,17 @@ func (ss *session) forgetServerUnnamed(typ byte, name string) {
 		return
 	}
 	if typ == 'P' {
-		delete(ss.kstmts, "")
+		delete(ss.client.kstmts, "")
 	} else {
-		delete(ss.kportals, "")
+		delete(ss.client.kportals, "")
 	}
 }
 
 // forgetLocalOnQuery: a simple Query destroys the unnamed statement and
 // portal, local ones too.
 func (ss *session) forgetLocalOnQuery() {
-	delete(ss.kstmts, "")
-	delete(ss.kportals, "")
+	delete(ss.client.kstmts, "")
+	delete(ss.client.kportals, "")
 }
 
 // unitSeqNow is the unit the messages being handled belong to.

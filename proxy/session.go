@@ -18,6 +18,49 @@ import (
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
 )
 
+// clientStatements are the statements and portals the client holds, as it
+// sees them, whatever server runs its units. Owned by the session
+// goroutine alone: a server reader never touches them, and what a server
+// refused or skipped comes back to the session goroutine as undo ops
+// (applyClientUndo, takeUndo). (DISCARD ALL's were once reset by a reader:
+// the data race TestDiscardAllPipelinedBeforeParse guards against.)
+type clientStatements struct {
+	stmts       map[string]stmtInfo // protocol-level named statements the client prepared
+	unnamed     stmtInfo            // the client's unnamed statement
+	sqlPrepared map[string]sqlPrep  // SQL-level PREPARE name -> statement
+	kstmts      map[string]kcmd     // extended-protocol pg_kinetic.* statements the proxy answers (localext.go)
+	kportals    map[string]kportal  // and their portals
+	// srvPortals are the named portals the client Bound on servers in
+	// its current transaction (a local Bind into one fails with 42P03).
+	srvPortals map[string]uint64 // -> the unit (unitSeq) that made it
+}
+
+// sessionFreshness is what the session knows of its positions (SPEC §5):
+// what its reads must see, and where it read. Under session.mu: server
+// readers record captured positions and what reads saw; the session
+// goroutine reads them to route.
+type sessionFreshness struct {
+	token    freshness.Token // write token: at or after the session's last commit
+	floor    freshness.Token // monotonic-read floor: token or what the last read saw
+	minLSN   freshness.Token // SET pg_kinetic.min_lsn
+	captures int             // WAL position queries in flight
+	// captureDebt: the session owes itself a read of the primary's WAL
+	// position before its next unit: after COPY FROM STDIN (nothing else
+	// may follow it on the wire), or after a position query was lost with
+	// its connection, so token and floor may lag what the session wrote or
+	// saw (forgetSwallowLocked).
+	captureDebt bool
+	// seen: replicas the session read from, what it saw there not yet
+	// bounded; affine: the replica its last read-your-writes read used
+	// (affinity.go).
+	seen        []seenRead
+	affine      string
+	seenBlocked bool // the last decision: only unbounded reads kept it off a replica
+	// usedReplica: a unit of the session was routed to a replica; until
+	// then its positions are read in no hurry (requestPositionLocked).
+	usedReplica bool
+}
+
 // session is one client connection. Fields above mu are owned by the
 // session goroutine; fields below mu are shared with the server reader,
 // Shutdown and CancelRequest handling.
@@ -68,6 +111,10 @@ type session struct {
 	// txPool: transaction pooling; server connections are held per unit
 	// (link.go, releaseIdle), except by a pinned session.
 	txPool bool
+
+	// client: the statements and portals the client holds (session
+	// goroutine).
+	client clientStatements
 
 	// Routing state owned by the session goroutine.
 	classifier *classify.Classifier
@@ -120,27 +167,15 @@ type session struct {
 	lastTag string // the last CommandComplete tag relayed
 
 	// Session state replayed on every server the session uses.
-	startup     []setting           // from the startup packet
-	session     []setting           // from SET outside SET LOCAL, in order; Reset entries remove
-	settingsKey string              // settingsQuery of startup+session settings, as servers record it
-	discardGen  uint64              // bumped by DISCARD ALL / DEALLOCATE ALL
-	stmts       map[string]stmtInfo // protocol-level named statements the client prepared
-	unnamed     stmtInfo            // the client's unnamed statement
-	sqlPrepared map[string]sqlPrep  // SQL-level PREPARE name -> statement
+	startup     []setting // from the startup packet
+	session     []setting // from SET outside SET LOCAL, in order; Reset entries remove
+	settingsKey string    // settingsQuery of startup+session settings, as servers record it
+	discardGen  uint64    // bumped by DISCARD ALL / DEALLOCATE ALL
 	// undo: statement changes the server refused or skipped, to undo on
 	// the client's side (applyClientUndo); under mu, hasUndo says so
 	// without it.
 	undo    []stmtOp
 	hasUndo atomic.Bool
-	// seen: replicas the session read from, what it saw there not yet
-	// bounded; affine: the replica its last read-your-writes read used
-	// (affinity.go). Under mu.
-	seen        []seenRead
-	affine      string
-	seenBlocked bool // the last decision: only unbounded reads kept it off a replica
-	// usedReplica: a unit of the session was routed to a replica; until
-	// then its positions are read in no hurry (requestPositionLocked).
-	usedReplica bool
 	// movedEffects: the unit in progress moved from a replica to the
 	// primary with SETs recorded (endReplicaStream); cleared when it ends.
 	// Under mu.
@@ -148,12 +183,7 @@ type session struct {
 	// inferred: parameter types servers described for the client's
 	// statements, by Parse body (under mu; stand-ins use them).
 	inferred map[string][]uint32
-	kstmts   map[string]kcmd    // extended-protocol pg_kinetic.* statements the proxy answers (localext.go)
-	kportals map[string]kportal // and their portals
-	// srvPortals are the named portals the client Bound on servers in
-	// its current transaction (a local Bind into one fails with 42P03).
-	srvPortals map[string]uint64 // -> the unit (unitSeq) that made it
-	effects    []effect          // of the units in progress, applied when theirs ends well
+	effects  []effect // of the units in progress, applied when theirs ends well
 	// unitSeq counts the client's units written to servers (each ended by
 	// a Sync or Query), doneSeq their ReadyForQuery: pipelined units'
 	// effects apply or not each with its own unit.
@@ -179,19 +209,10 @@ type session struct {
 	connected  time.Time
 	queryClass string // SET pg_kinetic.query_class / startup parameter
 
-	// Freshness (SPEC §5).
-	token    freshness.Token // write token: at or after the session's last commit
-	floor    freshness.Token // monotonic-read floor: token or what the last read saw
-	minLSN   freshness.Token // SET pg_kinetic.min_lsn
-	captures int             // WAL position queries in flight
-	// captureDebt: the session owes itself a read of the primary's WAL
-	// position before its next unit: after COPY FROM STDIN (nothing else
-	// may follow it on the wire), or after a position query was lost with
-	// its connection, so token and floor may lag what the session wrote or
-	// saw (forgetSwallowLocked).
-	captureDebt bool
-	lastWrite   time.Time     // for sticky_primary_window_ms
-	fallback    *fallbackSlot // a primary fallback this session holds until its unit ends
+	// Freshness (SPEC §5), under mu.
+	fresh     sessionFreshness
+	lastWrite time.Time     // for sticky_primary_window_ms
+	fallback  *fallbackSlot // a primary fallback this session holds until its unit ends
 
 	// awaiting is a replica link running a retryable read; answered turns
 	// true when the first byte of its answer is about to reach the client.

@@ -130,7 +130,7 @@ func (ss *session) ensureStatement(l *link, name string, use byte) error {
 	ss.settleOps(l, name)
 	var want stmtInfo
 	if name == "" {
-		want = ss.unnamed
+		want = ss.client.unnamed
 		if want.parse == nil && l.st.unnamed != "" {
 			// The client has no unnamed statement any more (a simple
 			// Query the proxy answered, or a local Parse, replaced it),
@@ -147,7 +147,7 @@ func (ss *session) ensureStatement(l *link, name string, use byte) error {
 		}
 	} else {
 		var ok bool
-		if want, ok = ss.stmts[name]; !ok {
+		if want, ok = ss.client.stmts[name]; !ok {
 			// SQL PREPARE and Parse share one namespace: a statement the
 			// client PREPAREd may be Bound or Described too.
 			return ss.ensureSQLStatement(l, name, use)
@@ -363,10 +363,10 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 				if !ok || ref == "" || own[ref] {
 					continue
 				}
-				if _, parsed := ss.stmts[ref]; parsed {
+				if _, parsed := ss.client.stmts[ref]; parsed {
 					continue
 				}
-				if _, prepared := ss.sqlPrepared[ref]; prepared {
+				if _, prepared := ss.client.sqlPrepared[ref]; prepared {
 					if err := ss.ensureSQLStatement(l, ref, useOf(i, m.typ)); err != nil {
 						return err
 					}
@@ -392,14 +392,14 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 				continue
 			}
 			if !seen[n] && n != "" {
-				if _, known := ss.stmts[n]; known {
+				if _, known := ss.client.stmts[n]; known {
 					// The client's statement of that name must exist where
 					// the Parse runs, so the server refuses the duplicate
 					// (42P05) as the client's own server would.
 					if err := ss.ensureStatement(l, n, useOf(i, 'P')); err != nil {
 						return err
 					}
-				} else if _, known := ss.sqlPrepared[n]; known {
+				} else if _, known := ss.client.sqlPrepared[n]; known {
 					if err := ss.ensureStatement(l, n, useOf(i, 'P')); err != nil {
 						return err
 					}
@@ -475,7 +475,7 @@ func (ss *session) ensureStatementSynced(l *link, name string) error {
 // l does not hold it as the client prepared it; nothing when the client
 // has no such statement (the server reports it).
 func (ss *session) ensureSQLStatement(l *link, name string, use byte) error {
-	want, ok := ss.sqlPrepared[name]
+	want, ok := ss.client.sqlPrepared[name]
 	if !ok {
 		_, parsed := l.st.prepared[name]
 		_, prepared := l.st.sqlPrepared[name]
@@ -593,8 +593,8 @@ func (ss *session) needsStatements(l *link, b *batch) bool {
 			if err != nil || n == "" {
 				continue
 			}
-			_, known := ss.stmts[n]
-			_, sqlKnown := ss.sqlPrepared[n]
+			_, known := ss.client.stmts[n]
+			_, sqlKnown := ss.client.sqlPrepared[n]
 			if known || sqlKnown || l.st.holds(n) {
 				return true
 			}
@@ -607,16 +607,16 @@ func (ss *session) needsStatements(l *link, b *batch) bool {
 			name = n
 		}
 		if name == "" {
-			if ss.unnamed.parse == nil && l.st.unnamed != "" || ss.unnamed.parse != nil && l.st.unnamed != string(ss.unnamed.parse) {
+			if ss.client.unnamed.parse == nil && l.st.unnamed != "" || ss.client.unnamed.parse != nil && l.st.unnamed != string(ss.client.unnamed.parse) {
 				return true
 			}
 			continue
 		}
-		if want, ok := ss.stmts[name]; ok {
+		if want, ok := ss.client.stmts[name]; ok {
 			if l.st.prepared[name] != string(want.parse) {
 				return true
 			}
-		} else if want, ok := ss.sqlPrepared[name]; ok {
+		} else if want, ok := ss.client.sqlPrepared[name]; ok {
 			if l.st.sqlPrepared[name] != want.text {
 				return true
 			}
@@ -697,23 +697,23 @@ func (ss *session) sqlStatementOp(l *link, b *batch, ds []*classified) (stmtOp, 
 	name := st.PrepareName
 	switch {
 	case st.Effect == classify.EffectPrepare && st.Inner != nil:
-		_, taken := ss.sqlPrepared[name]
-		if _, parsed := ss.stmts[name]; parsed || taken {
+		_, taken := ss.client.sqlPrepared[name]
+		if _, parsed := ss.client.stmts[name]; parsed || taken {
 			return stmtOp{}, false // refused (42P05): nothing is recorded
 		}
 		text := strings.TrimSpace(ds[0].text)
 		return stmtOp{kind: 'q', name: name, set: text, serverSet: text}, true
 	case st.Effect == classify.EffectDeallocate && name == "":
-		return stmtOp{kind: 'X', allStmts: maps.Clone(ss.stmts), allSQL: maps.Clone(ss.sqlPrepared),
+		return stmtOp{kind: 'X', allStmts: maps.Clone(ss.client.stmts), allSQL: maps.Clone(ss.client.sqlPrepared),
 			allServer: maps.Clone(l.st.prepared), allServerSQL: maps.Clone(l.st.sqlPrepared)}, true
 	case st.Effect == classify.EffectDeallocate && name != "":
 		op := stmtOp{kind: 'x', name: name}
-		if p, ok := ss.sqlPrepared[name]; ok {
+		if p, ok := ss.client.sqlPrepared[name]; ok {
 			op.prevSQL = &p
 			if have, ok := l.st.sqlPrepared[name]; ok && have == p.text {
 				op.hadServer, op.prevServerSQL = true, &have
 			}
-		} else if info, ok := ss.stmts[name]; ok {
+		} else if info, ok := ss.client.stmts[name]; ok {
 			op.prev, op.had = info, true
 			if have, ok := l.st.prepared[name]; ok && have == string(info.parse) {
 				op.hadServer, op.prevServer = true, have
@@ -745,12 +745,10 @@ func (ss *session) discardNow(l *link, ds []*classified) {
 	if len(ds) != 1 || len(ds[0].Statements) != 1 || ds[0].Statements[0].Effect != classify.EffectDiscardAll {
 		return
 	}
-	ss.noteStmtOp(l, stmtOp{kind: 'X', allStmts: maps.Clone(ss.stmts), allSQL: maps.Clone(ss.sqlPrepared),
+	ss.noteStmtOp(l, stmtOp{kind: 'X', allStmts: maps.Clone(ss.client.stmts), allSQL: maps.Clone(ss.client.sqlPrepared),
 		allServer: maps.Clone(l.st.prepared), allServerSQL: maps.Clone(l.st.sqlPrepared)})
-	ss.mu.Lock()
-	ss.stmts = map[string]stmtInfo{}
-	ss.sqlPrepared = map[string]sqlPrep{}
-	ss.mu.Unlock()
+	ss.client.stmts = map[string]stmtInfo{}
+	ss.client.sqlPrepared = map[string]sqlPrep{}
 	clear(l.st.prepared)
 	clear(l.st.sqlPrepared)
 }
@@ -870,58 +868,58 @@ func (ss *session) undoClient(ops []stmtOp) {
 		op := ops[i]
 		switch {
 		case op.kind == 'P' && op.name == "":
-			if string(ss.unnamed.parse) == op.set {
-				ss.unnamed = op.prev // had or not: prev is the zero stmtInfo then
+			if string(ss.client.unnamed.parse) == op.set {
+				ss.client.unnamed = op.prev // had or not: prev is the zero stmtInfo then
 				if op.prevLocal != nil {
-					ss.kstmts[""] = *op.prevLocal
+					ss.client.kstmts[""] = *op.prevLocal
 				}
 			}
 		case op.kind == 'P':
-			if cur, ok := ss.stmts[op.name]; ok && string(cur.parse) == op.set {
+			if cur, ok := ss.client.stmts[op.name]; ok && string(cur.parse) == op.set {
 				if op.had {
-					ss.stmts[op.name] = op.prev
+					ss.client.stmts[op.name] = op.prev
 				} else {
-					delete(ss.stmts, op.name)
+					delete(ss.client.stmts, op.name)
 				}
 			}
 		case op.kind == 'C' && op.had:
 			if op.name == "" {
-				if ss.unnamed.parse == nil {
-					ss.unnamed = op.prev
+				if ss.client.unnamed.parse == nil {
+					ss.client.unnamed = op.prev
 				}
-			} else if _, ok := ss.stmts[op.name]; !ok {
-				ss.stmts[op.name] = op.prev
+			} else if _, ok := ss.client.stmts[op.name]; !ok {
+				ss.client.stmts[op.name] = op.prev
 			}
 		case op.kind == 'C' && op.prevSQL != nil:
-			if _, ok := ss.sqlPrepared[op.name]; !ok {
-				ss.sqlPrepared[op.name] = *op.prevSQL
+			if _, ok := ss.client.sqlPrepared[op.name]; !ok {
+				ss.client.sqlPrepared[op.name] = *op.prevSQL
 			}
 		case op.kind == 'q':
 			// A PREPARE that failed (42P05, 25P02, a syntax error)
 			// prepared nothing.
-			if p, ok := ss.sqlPrepared[op.name]; ok && p.text == op.set {
-				delete(ss.sqlPrepared, op.name)
+			if p, ok := ss.client.sqlPrepared[op.name]; ok && p.text == op.set {
+				delete(ss.client.sqlPrepared, op.name)
 			}
 		case op.kind == 'X':
 			for k, v := range op.allStmts {
-				if _, ok := ss.stmts[k]; !ok {
-					ss.stmts[k] = v
+				if _, ok := ss.client.stmts[k]; !ok {
+					ss.client.stmts[k] = v
 				}
 			}
 			for k, v := range op.allSQL {
-				if _, ok := ss.sqlPrepared[k]; !ok {
-					ss.sqlPrepared[k] = v
+				if _, ok := ss.client.sqlPrepared[k]; !ok {
+					ss.client.sqlPrepared[k] = v
 				}
 			}
 		case op.kind == 'x':
 			// A DEALLOCATE that failed deallocated nothing.
 			if op.prevSQL != nil {
-				if _, ok := ss.sqlPrepared[op.name]; !ok {
-					ss.sqlPrepared[op.name] = *op.prevSQL
+				if _, ok := ss.client.sqlPrepared[op.name]; !ok {
+					ss.client.sqlPrepared[op.name] = *op.prevSQL
 				}
 			} else if op.had {
-				if _, ok := ss.stmts[op.name]; !ok {
-					ss.stmts[op.name] = op.prev
+				if _, ok := ss.client.stmts[op.name]; !ok {
+					ss.client.stmts[op.name] = op.prev
 				}
 			}
 		}
@@ -1021,19 +1019,19 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		info := stmtInfo{query: query, parse: append([]byte(nil), body...)}
 		op := stmtOp{kind: 'P', name: name, set: string(info.parse)}
 		if name == "" {
-			if k, ok := ss.kstmts[""]; ok {
+			if k, ok := ss.client.kstmts[""]; ok {
 				op.prevLocal = &k
 			}
 			ss.forgetServerUnnamed('P', name)
-			op.prev, op.had = ss.unnamed, ss.unnamed.parse != nil
+			op.prev, op.had = ss.client.unnamed, ss.client.unnamed.parse != nil
 			op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
 			ss.noteStmtOp(l, op)
-			ss.unnamed = info
+			ss.client.unnamed = info
 			l.st.unnamed = string(info.parse)
 			return nil
 		}
-		_, known := ss.stmts[name]
-		_, sqlKnown := ss.sqlPrepared[name]
+		_, known := ss.client.stmts[name]
+		_, sqlKnown := ss.client.sqlPrepared[name]
 		if known || sqlKnown {
 			// The server refuses it (42P05): the client's stays.
 			op.noop = true
@@ -1042,16 +1040,16 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		}
 		op.prevServer, op.hadServer = l.st.prepared[name]
 		ss.noteStmtOp(l, op)
-		ss.stmts[name] = info
+		ss.client.stmts[name] = info
 		l.st.prepared[name] = string(info.parse)
 	case 'B':
 		if portal, _, err := cstring(body); err == nil {
 			ss.forgetServerUnnamed('B', portal)
 			if portal != "" {
-				if ss.srvPortals == nil {
-					ss.srvPortals = map[string]uint64{}
+				if ss.client.srvPortals == nil {
+					ss.client.srvPortals = map[string]uint64{}
 				}
-				ss.srvPortals[portal] = ss.unitSeqNow()
+				ss.client.srvPortals[portal] = ss.unitSeqNow()
 			}
 		}
 		// The statement it uses was prepared ahead (injectStatements):
@@ -1062,38 +1060,38 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			return nil
 		}
 		if kind != 'S' {
-			delete(ss.srvPortals, name)
+			delete(ss.client.srvPortals, name)
 			ss.noteStmtOp(l, stmtOp{kind: 'c', name: name, noop: true})
 			return nil
 		}
 		op := stmtOp{kind: 'C', name: name}
 		if name == "" {
-			op.prev, op.had = ss.unnamed, ss.unnamed.parse != nil
+			op.prev, op.had = ss.client.unnamed, ss.client.unnamed.parse != nil
 			op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
 			ss.noteStmtOp(l, op)
-			ss.unnamed = stmtInfo{}
+			ss.client.unnamed = stmtInfo{}
 			l.st.unnamed = ""
 		} else {
-			op.prev, op.had = ss.stmts[name]
+			op.prev, op.had = ss.client.stmts[name]
 			op.prevServer, op.hadServer = l.st.prepared[name]
-			if p, ok := ss.sqlPrepared[name]; ok {
+			if p, ok := ss.client.sqlPrepared[name]; ok {
 				op.prevSQL = &p
 			}
 			if p, ok := l.st.sqlPrepared[name]; ok {
 				op.prevServerSQL = &p
 			}
 			ss.noteStmtOp(l, op)
-			delete(ss.stmts, name)
-			delete(ss.sqlPrepared, name) // one namespace: Close closes a PREPAREd one too
+			delete(ss.client.stmts, name)
+			delete(ss.client.sqlPrepared, name) // one namespace: Close closes a PREPAREd one too
 			l.st.drop(name)
 		}
 	case 'D':
 		// A Describe of a statement: its ParameterDescription tells the
 		// types the server inferred, which a stand-in needs (standIn).
 		if kind, name, err := describeTarget(body); err == nil && kind == 'S' {
-			info := ss.unnamed
+			info := ss.client.unnamed
 			if name != "" {
-				info = ss.stmts[name]
+				info = ss.client.stmts[name]
 			}
 			if info.parse != nil {
 				ss.mu.Lock()
@@ -1105,7 +1103,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		// A simple Query drops the unnamed statement, on the server and so
 		// for the client too (a later Bind of it fails there as here).
 		l.st.unnamed = ""
-		ss.unnamed = stmtInfo{}
+		ss.client.unnamed = stmtInfo{}
 		ss.forgetLocalOnQuery()
 	}
 	return nil
@@ -1118,7 +1116,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 	for _, st := range d.Statements {
 		switch st.Effect {
 		case classify.EffectExecute:
-			if _, parsed := ss.stmts[st.PrepareName]; parsed {
+			if _, parsed := ss.client.stmts[st.PrepareName]; parsed {
 				// EXECUTE of a statement from a Parse (one namespace).
 				if err := ss.ensureStatementSynced(l, st.PrepareName); err != nil {
 					return err
@@ -1129,7 +1127,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 				return err
 			}
 		case classify.EffectPrepare:
-			if _, parsed := ss.stmts[st.PrepareName]; parsed {
+			if _, parsed := ss.client.stmts[st.PrepareName]; parsed {
 				// A statement of the client's Parse holds the name (one
 				// namespace): there, the server refuses it with 42P05.
 				if err := ss.ensureStatementSynced(l, st.PrepareName); err != nil {
@@ -1137,7 +1135,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 				}
 				continue
 			}
-			if _, known := ss.sqlPrepared[st.PrepareName]; known {
+			if _, known := ss.client.sqlPrepared[st.PrepareName]; known {
 				// The client's statement of that name must exist here,
 				// so the server refuses the duplicate (42P05) as the
 				// client's own server would.
@@ -1170,7 +1168,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 			// have been prepared: replay it first, as for EXECUTE. A
 			// statement of the client's Parse is deallocated by name too
 			// (one namespace).
-			if _, ok := ss.stmts[st.PrepareName]; ok {
+			if _, ok := ss.client.stmts[st.PrepareName]; ok {
 				if err := ss.ensureStatementSynced(l, st.PrepareName); err != nil {
 					return err
 				}
