@@ -118,7 +118,9 @@ type Statement struct {
 	Reason string // ReasonRead or ReasonWrite ("unclassified" is decided for a whole text)
 	Tx     Tx
 	Chain  bool // COMMIT/ROLLBACK AND CHAIN
-	Effect Effect
+	// Rollback: a TxEnd that commits nothing (ROLLBACK, ABORT).
+	Rollback bool
+	Effect   Effect
 	// Setting is set with EffectSet: what set_config(Name, Value, false)
 	// would do, or a reset (RESET name, SET name TO DEFAULT: Value "",
 	// Reset; RESET ALL: Name "" too). Names are lower case.

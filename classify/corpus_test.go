@@ -27,6 +27,7 @@ import (
 //	[I.]kind=read|write   statement I's kind (default: the decision's for n=1, read otherwise)
 //	[I.]tx=begin|begin_read_only|begin_read_write|set_read_only|end|savepoint
 //	[I.]chain
+//	[I.]rollback          a TxEnd that commits nothing (ROLLBACK, ABORT)
 //	[I.]effect=set|pin|discard_all|prepare|execute|deallocate|unlisten
 //	[I.]setting=NAME [I.]value=V [I.]reset
 //	[I.]more=NAME=VALUE   one of MoreSettings (repeatable, in order)
@@ -224,6 +225,8 @@ func expected(e corpusEntry) (d Decision, hintFound bool, opts string, err error
 			st.Tx, err = parseTx(k.val)
 		case "chain":
 			st.Chain = true
+		case "rollback":
+			st.Rollback = true
 		case "effect":
 			st.Effect, err = parseEffect(k.val)
 		case "setting":
@@ -358,8 +361,8 @@ func describe(d Decision) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s/%s control=%v funcs=%v hints=%+v\n", d.Kind, d.Reason, d.Control, d.Funcs, d.Hints)
 	for i, st := range d.Statements {
-		fmt.Fprintf(&b, "  [%d] %s/%s tx=%s chain=%v effect=%s setting=%+v more=%+v name=%q params_write=%v copy_in=%v funcs=%v",
-			i, st.Kind, st.Reason, st.Tx, st.Chain, st.Effect, st.Setting, st.MoreSettings, st.PrepareName, st.ParamsWrite, st.CopyIn, st.Funcs)
+		fmt.Fprintf(&b, "  [%d] %s/%s tx=%s chain=%v rollback=%v effect=%s setting=%+v more=%+v name=%q params_write=%v copy_in=%v funcs=%v",
+			i, st.Kind, st.Reason, st.Tx, st.Chain, st.Rollback, st.Effect, st.Setting, st.MoreSettings, st.PrepareName, st.ParamsWrite, st.CopyIn, st.Funcs)
 		if st.Inner != nil {
 			fmt.Fprintf(&b, " inner={%s/%s effect=%s funcs=%v}", st.Inner.Kind, st.Inner.Reason, st.Inner.Effect, st.Inner.Funcs)
 		}

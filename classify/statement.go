@@ -343,6 +343,7 @@ func transaction(t *pg.TransactionStmt) Statement {
 	case pg.TransactionStmtKind_TRANS_STMT_COMMIT, pg.TransactionStmtKind_TRANS_STMT_ROLLBACK:
 		st.Tx = TxEnd
 		st.Chain = t.GetChain()
+		st.Rollback = t.GetKind() == pg.TransactionStmtKind_TRANS_STMT_ROLLBACK
 	case pg.TransactionStmtKind_TRANS_STMT_SAVEPOINT, pg.TransactionStmtKind_TRANS_STMT_RELEASE,
 		pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
 		st.Tx = TxSavepoint

@@ -10,15 +10,18 @@ import (
 
 // SQLSTATEs the proxy itself reports.
 const (
-	codeProtocolViolation    = "08P01"
-	codeObjectNotInState     = "55000"
-	codeConnectionFailure    = "08006"
-	codeInvalidAuthorization = "28000"
-	codeInvalidPassword      = "28P01"
-	codeInvalidCatalogName   = "3D000"
-	codeTooManyConnections   = "53300"
-	codeAdminShutdown        = "57P01"
-	codeFeatureNotSupported  = "0A000"
+	codeProtocolViolation = "08P01"
+	codeObjectNotInState  = "55000"
+	codeConnectionFailure = "08006"
+	// codeTransactionResolutionUnknown: the connection was lost while a
+	// commit was in flight.
+	codeTransactionResolutionUnknown = "08007"
+	codeInvalidAuthorization         = "28000"
+	codeInvalidPassword              = "28P01"
+	codeInvalidCatalogName           = "3D000"
+	codeTooManyConnections           = "53300"
+	codeAdminShutdown                = "57P01"
+	codeFeatureNotSupported          = "0A000"
 )
 
 // clientError is an error that is reported to the client as an

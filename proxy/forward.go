@@ -1161,6 +1161,11 @@ func countSyncs(b *batch) int {
 // position query after it, and flushes. An open unit (no Sync yet) keeps
 // its claim on l until its end (endStream).
 func (ss *session) sendUnit(l *link, b *batch, u unitInfo, open bool) error {
+	if !l.replica && ss.mayCommit(u, b) {
+		ss.mu.Lock()
+		ss.commitInFlight = true
+		ss.mu.Unlock()
+	}
 	err := ss.buffer(l, b)
 	if err == nil {
 		err = ss.afterUnit(l, u, open)
@@ -1216,6 +1221,43 @@ func (ss *session) sendRetryable(l *link, b *batch, u unitInfo, open bool) (lost
 		ss.cur = nil
 	}
 	return lost, nil
+}
+
+// mayCommit reports whether unit u (batch b), sent to the primary, may
+// commit a transaction: a COMMIT, or anything outside a transaction block
+// that is not provably a read (autocommit). With routing off in session
+// pooling nothing is classified: then any unit outside a block, or one
+// whose text begins with COMMIT or END. If the primary's connection is
+// lost before its ReadyForQuery, the client is told the outcome is
+// unknown (08007), never that it failed.
+func (ss *session) mayCommit(u unitInfo, b *batch) bool {
+	if u.commits {
+		return true
+	}
+	ss.mu.Lock()
+	autocommit := ss.tx == 'I' && ss.deferred == ""
+	ss.mu.Unlock()
+	if !ss.settingsTracked() {
+		if autocommit {
+			return true
+		}
+		for _, m := range b.msgs {
+			q := b.body(m)
+			switch m.typ {
+			case 'P':
+				_, q, _ = cstring(q) // (after the statement name)
+			case 'Q':
+			default:
+				continue
+			}
+			q = bytes.TrimLeft(q, " \t\r\n\f\v")
+			if len(q) >= 3 && bytes.EqualFold(q[:3], []byte("end")) || len(q) >= 6 && bytes.EqualFold(q[:6], []byte("commit")) {
+				return true
+			}
+		}
+		return false
+	}
+	return autocommit && !u.read
 }
 
 // decideWhenReady decides where unit u goes, once the units in flight
@@ -1566,6 +1608,9 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 			u.txEnd = true
 			if !st.Chain {
 				u.lastTx = 'e'
+			}
+			if !st.Rollback {
+				u.commits = true
 			}
 		}
 		if st.CopyIn {

@@ -1059,6 +1059,9 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 		l.ops = l.ops[1:] // answered without a confirmation we could match
 	}
 	ss.pending--
+	if ss.pending == 0 {
+		ss.commitInFlight = false // its outcome is known
+	}
 	ss.doneSeq++
 	if status == 'I' {
 		ss.lastIdleDone = ss.doneSeq
@@ -1101,6 +1104,7 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 	if ss.awaiting == l && !ss.answered {
 		serving = false // the session goroutine retries the read elsewhere
 	}
+	unknown := serving && !l.replica && ss.commitInFlight && ss.pending > 0
 	ss.cond.Broadcast()
 	ss.mu.Unlock()
 	if l.replica && ss.srv != nil {
@@ -1117,6 +1121,17 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 		// can go on on replicas; the next unit for the primary reconnects
 		// or fails with an error (reconnectPrimary).
 		ss.log.Info("idle primary connection lost; the session continues", zap.String("server", l.addr), zap.Error(err))
+		return
+	}
+	if unknown && !toldClient {
+		// A COMMIT, or a write outside a transaction block, was sent and
+		// its answer never came: it may have committed. Say so, and never
+		// run it again (SQLSTATE 08007, as drivers and PostgreSQL name it).
+		l.conn.MarkBroken()
+		ss.log.Warn("primary connection lost with a commit in flight", zap.String("server", l.addr), zap.Error(err))
+		ss.kill(&clientError{severity: "FATAL", code: codeTransactionResolutionUnknown,
+			message: "pg-kinetic: the connection to the primary was lost before the outcome of the transaction was known",
+			detail:  "server " + l.addr + ": the statement may or may not have committed; the proxy does not run it again"})
 		return
 	}
 	ss.serverFailed(l.conn, err, toldClient)

@@ -53,6 +53,7 @@ type unitInfo struct {
 	txStart   bool   // the unit opens a transaction (it will be pinned wherever it goes)
 	pinEffect bool   // a statement pins the session to the primary
 	txEnd     bool   // a statement ends a transaction
+	commits   bool   // a statement is a COMMIT or END (not a ROLLBACK)
 	begins    bool   // a statement (any, not only the first) opens a transaction block
 	lastTx    byte   // the last transaction statement: 'b' a BEGIN, 'e' a COMMIT or ROLLBACK, 0 none
 	restore   string // the client's startup values its RESETs reset (restoreQuery), "" if none

@@ -211,8 +211,11 @@ type session struct {
 
 	// Freshness (SPEC §5), under mu.
 	fresh     sessionFreshness
-	lastWrite time.Time     // for sticky_primary_window_ms
-	fallback  *fallbackSlot // a primary fallback this session holds until its unit ends
+	lastWrite time.Time // for sticky_primary_window_ms
+	// commitInFlight: a unit that may commit (mayCommit) was sent to the
+	// primary and not all ReadyForQuery are in yet (under mu).
+	commitInFlight bool
+	fallback       *fallbackSlot // a primary fallback this session holds until its unit ends
 
 	// awaiting is a replica link running a retryable read; answered turns
 	// true when the first byte of its answer is about to reach the client.
