@@ -55,6 +55,11 @@ type Source interface {
 	Reload() error            // RELOAD: non-nil when the new config is refused
 	RoutingRollback() error   // ROUTING ROLLBACK
 	RoutingStage(n int) error // ROUTING STAGE n (n >= 0)
+	// Pause holds new units of route ("" every route) and returns once no
+	// transaction of it is in flight; Resume releases them (PAUSE/RESUME
+	// [route], PgBouncer's words). An unknown route is an error.
+	Pause(route string) error
+	Resume(route string) error
 }
 
 // ServerRow is one backend of one route as the health prober sees it.
@@ -151,6 +156,7 @@ var (
 var Commands = []string{
 	"SHOW SERVERS", "SHOW CLIENTS", "SHOW ROUTES", "SHOW POOLS", "SHOW STATS",
 	"SHOW CONFIG", "SHOW VERSION", "RELOAD", "ROUTING ROLLBACK", "ROUTING STAGE n",
+	"PAUSE [route]", "RESUME [route]",
 }
 
 // Command tags.
@@ -159,6 +165,8 @@ const (
 	TagReload          = "RELOAD"
 	TagRoutingRollback = "ROUTING ROLLBACK"
 	TagRoutingStage    = "ROUTING STAGE"
+	TagPause           = "PAUSE"
+	TagResume          = "RESUME"
 )
 
 // Execute runs one admin command. Keywords are case-insensitive; surrounding
@@ -208,6 +216,24 @@ func Execute(command string, src Source) (Result, error) {
 			return Result{}, refused("reload refused", err)
 		}
 		return Result{Tag: TagReload}, nil
+	case "PAUSE", "RESUME":
+		if len(kw) > 2 {
+			return Result{}, unknown(s)
+		}
+		route := ""
+		if len(words) == 2 {
+			route = words[1]
+		}
+		if kw[0] == "PAUSE" {
+			if err := src.Pause(route); err != nil {
+				return Result{}, refused("pause refused", err)
+			}
+			return Result{Tag: TagPause}, nil
+		}
+		if err := src.Resume(route); err != nil {
+			return Result{}, refused("resume refused", err)
+		}
+		return Result{Tag: TagResume}, nil
 	case "ROUTING":
 		if len(kw) < 2 {
 			return Result{}, unknown(s)

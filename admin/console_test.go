@@ -2,6 +2,7 @@ package admin
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -12,6 +13,8 @@ type fakeSource struct {
 	reloadErr, rollbackErr, stageErr error
 	reloads, rollbacks               int
 	stages                           []int
+	paused, resumed                  []string
+	pauseErr                         error
 }
 
 var connectedAt = time.Date(2025, 3, 4, 5, 6, 7, 123456000, time.FixedZone("CET", 3600))
@@ -66,6 +69,8 @@ func (f *fakeSource) RoutingStage(n int) error {
 	f.stages = append(f.stages, n)
 	return f.stageErr
 }
+func (f *fakeSource) Pause(route string) error  { f.paused = append(f.paused, route); return f.pauseErr }
+func (f *fakeSource) Resume(route string) error { f.resumed = append(f.resumed, route); return nil }
 
 func TestExecuteShow(t *testing.T) {
 	tests := []struct {
@@ -311,5 +316,27 @@ func TestErrorString(t *testing.T) {
 	e.Detail = ""
 	if got := e.Error(); got != "m (SQLSTATE 42601)" {
 		t.Errorf("Error() = %q", got)
+	}
+}
+
+func TestExecutePauseResume(t *testing.T) {
+	f := &fakeSource{}
+	for _, tc := range []struct{ cmd, tag string }{
+		{"PAUSE", TagPause}, {"pause main;", TagPause}, {"RESUME main", TagResume}, {" resume ", TagResume},
+	} {
+		r, err := Execute(tc.cmd, f)
+		if err != nil || r.Tag != tc.tag || r.Columns != nil {
+			t.Errorf("%q: %+v, %v; want tag %s", tc.cmd, r, err, tc.tag)
+		}
+	}
+	if fmt.Sprint(f.paused) != "[ main]" || fmt.Sprint(f.resumed) != "[main ]" {
+		t.Errorf("routes passed: paused %q resumed %q", f.paused, f.resumed)
+	}
+	if _, err := Execute("PAUSE main other", f); err == nil {
+		t.Error("PAUSE with two routes: no error")
+	}
+	f.pauseErr = &Error{Code: "42704", Message: `route "nosuch" does not exist`}
+	if _, err := Execute("PAUSE nosuch", f); err == nil || err.(*Error).Code != "42704" {
+		t.Errorf("PAUSE of an unknown route: %v, want 42704", err)
 	}
 }

@@ -73,6 +73,7 @@ func (ss *session) connect() error {
 	// Under mu: the Server reaches sessions still starting up (drain,
 	// abandonReads), and reads these under mu.
 	ss.mu.Lock()
+	ss.routeName = route.Name // (PAUSE reads it from the admin console's goroutine)
 	ss.replicas = map[string]*link{}
 	ss.cond = sync.NewCond(&ss.mu)
 	ss.mu.Unlock()

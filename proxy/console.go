@@ -143,6 +143,12 @@ func (c consoleSource) RoutingStage(n int) error {
 	return nil
 }
 
+// Pause is PAUSE [route] (pause.go).
+func (c consoleSource) Pause(route string) error { return c.s.pause(route) }
+
+// Resume is RESUME [route].
+func (c consoleSource) Resume(route string) error { return c.s.resume(route) }
+
 func (c consoleSource) Servers() []admin.ServerRow {
 	cfg := c.s.opts.Config.Load()
 	r := c.s.routing.Load()

@@ -903,6 +903,9 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		}()
 	}
 	ss.applyClientUndo()
+	if ss.awaitResume() {
+		return nil, nil // killed while its route was paused
+	}
 	if ss.awaitPrimaryCheck() || ss.syncPrimary() {
 		return nil, nil // the session's backend was terminated
 	}

@@ -63,6 +63,7 @@ type Server struct {
 	stopMon      context.CancelFunc
 	backoff      backoffs
 	observed     sync.Map // replica address -> freshness.Token: replay position seen after a read
+	pauses       pauses   // PAUSE/RESUME (pause.go)
 
 	clients atomic.Int64 // sessions counted against max_client_conn
 	nextID  atomic.Uint64

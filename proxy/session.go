@@ -212,6 +212,7 @@ type session struct {
 	// Freshness (SPEC §5), under mu.
 	fresh     sessionFreshness
 	lastWrite time.Time // for sticky_primary_window_ms
+	routeName string    // the session's route, for PAUSE (set at connect)
 	// commitInFlight: a unit that may commit (mayCommit) was sent to the
 	// primary and not all ReadyForQuery are in yet (under mu).
 	commitInFlight bool
