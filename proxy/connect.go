@@ -203,6 +203,20 @@ func (ss *session) acquire(addr string) (*pool.Conn, *pool.Pool, error) {
 	return c, p, nil
 }
 
+// primaryAddr is the address of the session's route's primary in the
+// config in force: a reload that repoints the route (a planned switchover:
+// PAUSE, promote, repoint, RELOAD, RESUME) moves the session's next
+// primary connection there. The rest of the session's config stays the
+// snapshot it started with.
+func (ss *session) primaryAddr() string {
+	if ss.srv != nil {
+		if rt, ok := ss.srv.opts.Config.Load().RouteByName(ss.route.Name); ok && rt.Database == ss.route.Database {
+			return rt.Primary.Address
+		}
+	}
+	return ss.route.Primary.Address
+}
+
 // admitsWithoutPrimary reports whether a session whose primary refused
 // it with err may still log in through a replica: the route routes reads
 // to replicas, and the primary is unreachable or not accepting connections
@@ -314,9 +328,14 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // session: settings and prepared statements are replayed on first use like
 // on any server. Failing, it returns an error for the unit, not the session.
 func (ss *session) primaryLink() (*link, error) {
+	addr := ss.primaryAddr()
 	ss.mu.Lock()
 	l := ss.primary
-	if l.claimLocked() {
+	// A reload repointed the route (a switchover) while the session holds
+	// its old primary's connection: with nothing running there and no
+	// state of the session's own on it (not pinned), it moves.
+	moved := l != nil && !l.released && !l.dead && l.addr != addr && ss.idleLocked() && ss.pinned == ""
+	if !moved && l.claimLocked() {
 		ss.mu.Unlock()
 		return l, nil
 	}
@@ -324,7 +343,10 @@ func (ss *session) primaryLink() (*link, error) {
 		l = nil // back in its pool: nothing of it is ours to stop
 	}
 	ss.mu.Unlock()
-	c, p, err := ss.acquire(ss.route.Primary.Address)
+	if moved {
+		ss.log.Info("the route's primary moved: reconnecting", zap.String("from", l.addr), zap.String("to", addr))
+	}
+	c, p, err := ss.acquire(addr)
 	if err != nil {
 		// The session survives (its reads go on); this unit fails.
 		var ce *clientError

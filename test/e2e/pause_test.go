@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -132,4 +133,79 @@ func TestPauseResumeUnderPgbench(t *testing.T) {
 		t.Fatalf("pgbench across PAUSE/RESUME: processed %d, failed %d, %v\n%s", r.processed, r.failed, err, res)
 	}
 	t.Logf("pgbench across a 1 s PAUSE: %d transactions, %d failed, %.0f tps", r.processed, r.failed, r.tps)
+}
+
+// TestPlannedSwitchoverUnderPgbench: PAUSE, stop the primary, promote the
+// standby, repoint the route (reload), RESUME, in the middle of a pgbench
+// tpcb-like run, in transaction pooling (routing off) and in session
+// pooling with the standby as a replica: pgbench's sessions go on against
+// the new primary and no transaction fails.
+func TestPlannedSwitchoverUnderPgbench(t *testing.T) {
+	for _, tc := range []struct{ pool, routing string }{{"transaction", "off"}, {"session", "prefer_replica"}} {
+		t.Run(tc.pool+"/"+tc.routing, func(t *testing.T) { switchoverUnderPgbench(t, tc.pool, tc.routing) })
+	}
+}
+
+func switchoverUnderPgbench(t *testing.T, pool, routing string) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
+	ctx := ctxT(t, 3*time.Minute)
+	p := kinetictest.Params{PoolMode: pool, PoolSize: 8, ReadRoutingMode: routing}
+	if routing != "off" {
+		p.Replicas = addrs(cl.Standbys...)
+	}
+	px := kinetictest.Start(t, cl, p)
+	env := clientEnv()
+	host := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(px.Port()), "-U", pgtest.AppUser}
+	if res := runClient(t, ctx, env, nil, "pgbench", append(append([]string{"-i", "-s", "1"}, host...), pgtest.AppDB)...); res.code != 0 {
+		t.Fatalf("pgbench -i:\n%s", res)
+	}
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan psqlResult, 1)
+	go func() {
+		done <- runClient(t, ctx, env, nil, "pgbench", append(append([]string{"-c", "4", "-j", "2", "-T", "8"}, host...), pgtest.AppDB)...)
+	}()
+	time.Sleep(2 * time.Second)
+	start := time.Now()
+	if err := adminCmd(ctx, px, "PAUSE main"); err != nil {
+		t.Fatalf("PAUSE: %v", err)
+	}
+	old, next := cl.Primary, cl.Standbys[0]
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Promote(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	p.Primary, p.Replicas = next.Addr(), nil
+	if err := os.WriteFile(px.Path, []byte(kinetictest.TOML(cl, p)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := px.Holder.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := px.Server.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := adminCmd(ctx, px, "RESUME main"); err != nil {
+		t.Fatalf("RESUME: %v", err)
+	}
+	t.Logf("switchover (PAUSE to RESUME) took %v", time.Since(start).Round(time.Millisecond))
+	res := <-done
+	r, err := parsePgbench(res.stdout)
+	if res.code != 0 || err != nil || r.failed != 0 || r.processed == 0 {
+		t.Fatalf("pgbench across the switchover: processed %d, failed %d, %v\n%s", r.processed, r.failed, err, res)
+	}
+	// The writes after the switchover are on the new primary.
+	c := connect(t, ctx, px.AppDSN())
+	var inRecovery bool
+	var port int
+	if err := c.QueryRow(ctx, "select pg_is_in_recovery(), inet_server_port() from (select txid_current()) w").Scan(&inRecovery, &port); err != nil || inRecovery || port != next.Port {
+		t.Fatalf("after the switchover: port %d in recovery %v (%v), want the new primary %d", port, inRecovery, err, next.Port)
+	}
+	t.Logf("pgbench across a planned switchover: %d transactions, %d failed, %.0f tps", r.processed, r.failed, r.tps)
 }
