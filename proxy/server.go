@@ -20,7 +20,10 @@ import (
 )
 
 // ConfigSource yields the configuration in force. A session reads it once
-// when it starts and keeps that snapshot; a reload affects new sessions.
+// when it starts and keeps that snapshot; a reload affects new sessions,
+// except for the address of the session's route's primary, which its next
+// primary connection takes from the config in force (primaryAddr: a
+// planned switchover).
 type ConfigSource interface {
 	Load() *config.Config
 }
