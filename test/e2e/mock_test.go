@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +74,22 @@ func mockClient(t *testing.T, px *kinetictest.Proxy) *rawClient {
 	return c
 }
 
+// poolIdle is the number of idle server connections SHOW POOLS reports.
+func poolIdle(t *testing.T, px *kinetictest.Proxy) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows := adminExec(t, ctx, px, "SHOW POOLS")
+	n := 0
+	for _, r := range rows {
+		if len(r) > 5 {
+			v, _ := strconv.Atoi(r[5]) // idle
+			n += v
+		}
+	}
+	return n
+}
+
 // subsequence reports whether want appears in got in order.
 func subsequence(got, want []string) bool {
 	i := 0
@@ -94,6 +112,11 @@ func TestMockStatementPreparedOnAnotherConnection(t *testing.T) {
 	if got := exchange(t, a, 1, &pgproto3.Parse{Name: "s1", Query: "SELECT 1"}, &pgproto3.Sync{}); fmt.Sprint(got) != "[1 Z I]" {
 		t.Fatalf("Parse: %v", got)
 	}
+	// The connection goes back to its pool just after the ReadyForQuery
+	// reached a: wait for it, so that b takes it.
+	awaitCond(t, 5*time.Second, "the connection s1 was prepared on to be idle", func() (bool, error) {
+		return poolIdle(t, px) == 1, nil
+	})
 	// b holds the only idle server connection, the one s1 was prepared on.
 	if got := exchange(t, b, 1, &pgproto3.Query{String: "BEGIN"}); fmt.Sprint(got) != "[C BEGIN Z T]" {
 		t.Fatalf("BEGIN: %v", got)
