@@ -25,6 +25,7 @@
 //	rollout.go       routing stage and rollback (SPEC §6), query class policies
 //	monitor.go       health-derived metrics and auto_rollback
 //	console.go       the admin console (database pgkinetic)
+//	pause.go         PAUSE/RESUME: units of a route held at the next idle point
 //	cancel.go        BackendKeyData issued by the proxy, CancelRequest relay
 //	idle.go          client buffers lent only while a client has work
 //	errors.go        SQLSTATEs and the ErrorResponses the proxy makes (errorf)
