@@ -36,81 +36,25 @@ func TestDiscardAllPipelinedBeforeParse(t *testing.T) {
 			for i := range 100 {
 				// s1 exists before: prepared in the previous round (or now).
 				if i == 0 {
-					c.fe.Send(&pgproto3.Parse{Name: "s1", Query: "SELECT 0 AS a"})
-					c.fe.Send(&pgproto3.Sync{})
-					if err := c.fe.Flush(); err != nil {
-						t.Fatal(err)
-					}
-					if _, err := c.fe.Receive(); err != nil { // ParseComplete
-						t.Fatal(err)
-					}
-					if _, err := c.fe.Receive(); err != nil { // ReadyForQuery
-						t.Fatal(err)
+					if got := exchange(t, c, 1, &pgproto3.Parse{Name: "s1", Query: "SELECT 0 AS a"}, &pgproto3.Sync{}); fmt.Sprint(got) != "[1 Z I]" {
+						t.Fatalf("Parse: %v", got)
 					}
 				}
 				col := fmt.Sprintf("c%d", i)
-				c.fe.Send(&pgproto3.Query{String: "DISCARD ALL"})
-				c.fe.Send(&pgproto3.Parse{Name: "s1", Query: fmt.Sprintf("SELECT %d AS %s", i, col)})
-				c.fe.Send(&pgproto3.Describe{ObjectType: 'S', Name: "s1"})
-				c.fe.Send(&pgproto3.Bind{PreparedStatement: "s1"})
-				c.fe.Send(&pgproto3.Execute{})
-				c.fe.Send(&pgproto3.Sync{})
-				if err := c.fe.Flush(); err != nil {
-					t.Fatal(err)
-				}
-				var got []string
-				for ready := 0; ready < 2; {
-					m, err := c.fe.Receive()
-					if err != nil {
-						t.Fatalf("round %d: %v (after %v)", i, err, got)
-					}
-					switch m := m.(type) {
-					case *pgproto3.ErrorResponse:
-						t.Fatalf("round %d: %s %s (after %v)", i, m.Code, m.Message, got)
-					case *pgproto3.CommandComplete:
-						got = append(got, "C "+string(m.CommandTag))
-					case *pgproto3.RowDescription:
-						got = append(got, "T "+string(m.Fields[0].Name))
-					case *pgproto3.DataRow:
-						got = append(got, "D "+string(m.Values[0]))
-					case *pgproto3.ReadyForQuery:
-						ready++
-						got = append(got, "Z")
-					}
-				}
-				want := fmt.Sprintf("[C DISCARD ALL Z T %s D %d C SELECT 1 Z]", col, i)
+				got := exchange(t, c, 2, &pgproto3.Query{String: "DISCARD ALL"},
+					&pgproto3.Parse{Name: "s1", Query: fmt.Sprintf("SELECT %d AS %s", i, col)},
+					&pgproto3.Describe{ObjectType: 'S', Name: "s1"}, &pgproto3.Bind{PreparedStatement: "s1"},
+					&pgproto3.Execute{}, &pgproto3.Sync{})
+				want := fmt.Sprintf("[C DISCARD ALL Z I 1 T %s 2 D %d C SELECT 1 Z I]", col, i)
 				if fmt.Sprint(got) != want {
 					t.Fatalf("round %d: got %v, want %s", i, got, want)
 				}
 			}
 			// A DISCARD ALL the server refuses (25001, in a transaction
 			// block) forgets nothing: s1 still runs.
-			c.fe.Send(&pgproto3.Query{String: "BEGIN"})
-			c.fe.Send(&pgproto3.Query{String: "DISCARD ALL"})
-			c.fe.Send(&pgproto3.Query{String: "ROLLBACK"})
-			c.fe.Send(&pgproto3.Bind{PreparedStatement: "s1"})
-			c.fe.Send(&pgproto3.Execute{})
-			c.fe.Send(&pgproto3.Sync{})
-			if err := c.fe.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for ready := 0; ready < 4; {
-				m, err := c.fe.Receive()
-				if err != nil {
-					t.Fatalf("%v (after %v)", err, got)
-				}
-				switch m := m.(type) {
-				case *pgproto3.ErrorResponse:
-					got = append(got, "E "+m.Code)
-				case *pgproto3.DataRow:
-					got = append(got, "D "+string(m.Values[0]))
-				case *pgproto3.ReadyForQuery:
-					ready++
-					got = append(got, "Z")
-				}
-			}
-			if want := "[Z E 25001 Z Z D 99 Z]"; fmt.Sprint(got) != want {
+			got := exchange(t, c, 4, &pgproto3.Query{String: "BEGIN"}, &pgproto3.Query{String: "DISCARD ALL"},
+				&pgproto3.Query{String: "ROLLBACK"}, &pgproto3.Bind{PreparedStatement: "s1"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+			if want := "[C BEGIN Z T E 25001 Z E C ROLLBACK Z I 2 D 99 C SELECT 1 Z I]"; fmt.Sprint(got) != want {
 				t.Fatalf("after a refused DISCARD ALL: got %v, want %s", got, want)
 			}
 		})

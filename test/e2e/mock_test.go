@@ -31,7 +31,8 @@ func startMock(t *testing.T) *pgmock.Server {
 }
 
 // exchange sends msgs and reads answers up to the ready-th ReadyForQuery,
-// as short strings ("1" ParseComplete, "E XX000", "Z I"...).
+// as short strings ("1" ParseComplete, "T col" a RowDescription's first
+// column, "D v" a DataRow's first value, "E XX000", "Z I"...).
 func exchange(t *testing.T, c *rawClient, ready int, msgs ...pgproto3.FrontendMessage) []string {
 	t.Helper()
 	for _, m := range msgs {
@@ -53,8 +54,10 @@ func exchange(t *testing.T, c *rawClient, ready int, msgs ...pgproto3.FrontendMe
 			got = append(got, "2")
 		case *pgproto3.CloseComplete:
 			got = append(got, "3")
+		case *pgproto3.RowDescription:
+			got = append(got, "T "+string(m.Fields[0].Name))
 		case *pgproto3.DataRow:
-			got = append(got, "D")
+			got = append(got, "D "+string(m.Values[0]))
 		case *pgproto3.CommandComplete:
 			got = append(got, "C "+string(m.CommandTag))
 		case *pgproto3.ErrorResponse:
@@ -122,7 +125,7 @@ func TestMockStatementPreparedOnAnotherConnection(t *testing.T) {
 		t.Fatalf("BEGIN: %v", got)
 	}
 	got := exchange(t, a, 1, &pgproto3.Bind{PreparedStatement: "s1"}, &pgproto3.Execute{}, &pgproto3.Sync{})
-	if fmt.Sprint(got) != "[2 D C SELECT 1 Z I]" {
+	if fmt.Sprint(got) != "[2 D 1 C SELECT 1 Z I]" {
 		t.Fatalf("Bind on the other connection: %v", got)
 	}
 	exchange(t, b, 1, &pgproto3.Query{String: "COMMIT"})
