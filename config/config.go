@@ -57,6 +57,10 @@ type Server struct {
 	// ShutdownTimeoutMS bounds how long SIGTERM waits for in-flight
 	// transactions (>= 0; 0 closes at once).
 	ShutdownTimeoutMS int `toml:"shutdown_timeout_ms"`
+	// ReusePort sets SO_REUSEPORT on the client and metrics listeners, so a
+	// new kineticd can listen on the same addresses while the old one
+	// drains (docs/operations.md, "Zero-downtime restart").
+	ReusePort bool `toml:"reuse_port"`
 	// TLSMode is TLSDisable, TLSAllow or TLSRequire (client side).
 	TLSMode string `toml:"tls_mode"`
 	// TLSCertFile and TLSKeyFile are PEM files, required unless TLSMode is

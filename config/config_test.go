@@ -709,6 +709,20 @@ func TestStateFileResolved(t *testing.T) {
 	}
 }
 
+func TestReusePort(t *testing.T) {
+	if c := mustParse(t, withTail(tail, "[server]", "listen = \"127.0.0.1:0\"")); c.Server.ReusePort {
+		t.Error("reuse_port is true when omitted, want false")
+	}
+	if c := mustParse(t, withTail(tail, "[server]", "reuse_port = true")); !c.Server.ReusePort {
+		t.Error("reuse_port = true parsed as false")
+	}
+	_, err := Parse(testFile, []byte(withTail(tail, "[server]", "reuse_port = 1")))
+	ps := problems(t, err)
+	if len(ps) != 1 || ps[0].Line != 2 || ps[0].Key != "server.reuse_port" || !strings.Contains(ps[0].Msg, "must be a boolean") {
+		t.Errorf("reuse_port = 1: problems %v, want one at line 2: server.reuse_port: must be a boolean", ps)
+	}
+}
+
 func TestExampleConfig(t *testing.T) {
 	const example = "../deploy/kineticd.example.toml"
 	c, err := Load(example)

@@ -8,6 +8,7 @@ const (
 	DefaultPoolMode          = PoolModeSession
 	DefaultMaxClientConn     = 10000
 	DefaultShutdownTimeoutMS = 30000
+	DefaultReusePort         = false
 	DefaultTLSMode           = TLSDisable
 	DefaultBackendTLSMode    = TLSDisable
 	DefaultAdminUser         = "kinetic_admin"
@@ -76,6 +77,7 @@ func Defaults() Config {
 			PoolMode:          DefaultPoolMode,
 			MaxClientConn:     DefaultMaxClientConn,
 			ShutdownTimeoutMS: DefaultShutdownTimeoutMS,
+			ReusePort:         DefaultReusePort,
 			TLSMode:           DefaultTLSMode,
 			BackendTLSMode:    DefaultBackendTLSMode,
 		},

@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -79,13 +78,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Error("cannot start", zap.Error(err))
 		return 1
 	}
-	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	ln, err := listen(cfg.Server.Listen, cfg.Server.ReusePort)
 	if err != nil {
 		log.Error("cannot listen", zap.String("listen", cfg.Server.Listen), zap.Error(err))
 		return 1
 	}
+	warnMigrateReq(log, cfg.Server.ReusePort)
 	if cfg.Metrics.Listen != "" {
-		mln, err := net.Listen("tcp", cfg.Metrics.Listen)
+		mln, err := listen(cfg.Metrics.Listen, cfg.Server.ReusePort)
 		if err != nil {
 			log.Error("cannot listen for metrics", zap.String("metrics.listen", cfg.Metrics.Listen), zap.Error(err))
 			srv.Close()
@@ -148,6 +148,9 @@ func reload(holder *config.Holder, srv *proxy.Server, level zap.AtomicLevel, log
 	}
 	if cfg.Server.Listen != old.Server.Listen {
 		log.Warn("server.listen changed; it takes effect at restart", zap.String("listen", old.Server.Listen))
+	}
+	if cfg.Server.ReusePort != old.Server.ReusePort {
+		log.Warn("server.reuse_port changed; it takes effect at restart", zap.Bool("reuse_port", old.Server.ReusePort))
 	}
 	if l, err := zapcore.ParseLevel(cfg.Log.Level); err == nil {
 		level.SetLevel(l)
