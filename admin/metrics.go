@@ -80,9 +80,11 @@ type routeReason struct{ route, reason string }
 
 type retryKey struct{ route, server, cause string }
 
-// NewMetrics builds the registry with every metric registered. Metrics
-// without observations (counter and histogram vectors, per-server gauges)
-// appear in the exposition once they have a first sample.
+// NewMetrics builds the registry with every metric registered. The
+// labelled series of a route appear once the proxy declares the route
+// (DeclareRoute, at 0) or records a first sample; per-server gauges appear
+// with the first SetServers; kinetic_query_duration_seconds has its
+// primary and replica series from the start.
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
@@ -119,6 +121,10 @@ func NewMetrics() *Metrics {
 		clients: &clientGauge{desc: prometheus.NewDesc(MetricClientConnections,
 			"Client connections currently open to the proxy.", nil, nil)},
 		servers: newServerCollector(),
+	}
+	for _, target := range []string{"primary", "replica"} {
+		// Both targets exist from start-up (at 0), like DeclareRoute's series.
+		m.durationCache.get(target, func() prometheus.Observer { return m.queryDuration.WithLabelValues(target) })
 	}
 	m.reg.MustRegister(
 		m.decisions, m.fallbacks, m.rejected, m.retries, m.readWait, m.queryDuration, m.allStale,
@@ -230,6 +236,60 @@ func (m *Metrics) SetServers(route string, samples []ServerSample) {
 // ineligible for reads (0 when at least one is eligible).
 func (m *Metrics) SetAllReplicasStale(route string, seconds float64) {
 	m.allStale.WithLabelValues(route).Set(seconds)
+}
+
+// DecisionLabels names one kinetic_route_decisions_total series of a route.
+// An empty QueryClass is "default", as in RouteDecision.
+type DecisionLabels struct{ QueryClass, Target, Reason string }
+
+// RouteSeries lists the labelled series of one route that exist from the
+// moment the route does, at 0 until their first event: without them a
+// rate() in an alert or a dashboard reads "no data" instead of 0 until
+// the first fallback, rejection or retry.
+type RouteSeries struct {
+	Route string
+	// Decisions: kinetic_route_decisions_total{route,query_class,target,reason}.
+	Decisions []DecisionLabels
+	// FallbackReasons: kinetic_primary_fallbacks_total{route,reason}.
+	FallbackReasons []string
+	// RejectReasons: kinetic_rejected_reads_total{route,reason}.
+	RejectReasons []string
+	// RetryServers x RetryCauses: kinetic_read_retries_total{route,server,cause}.
+	RetryServers, RetryCauses []string
+}
+
+// DeclareRoute makes every series rs names exist, at 0 if it has no
+// value yet; series that already have one keep it (a reload declares the
+// routes again). kinetic_all_replicas_stale_seconds{route} is declared too.
+func (m *Metrics) DeclareRoute(rs RouteSeries) {
+	r := rs.Route
+	for _, d := range rs.Decisions {
+		class := d.QueryClass
+		if class == "" {
+			class = DefaultQueryClass
+		}
+		m.decisionCache.get(decisionKey{r, class, d.Target, d.Reason}, func() prometheus.Counter {
+			return m.decisions.WithLabelValues(r, class, d.Target, d.Reason)
+		})
+	}
+	for _, reason := range rs.FallbackReasons {
+		m.fallbackCache.get(routeReason{r, reason}, func() prometheus.Counter {
+			return m.fallbacks.WithLabelValues(r, reason)
+		})
+	}
+	for _, reason := range rs.RejectReasons {
+		m.rejectedCache.get(routeReason{r, reason}, func() prometheus.Counter {
+			return m.rejected.WithLabelValues(r, reason)
+		})
+	}
+	for _, server := range rs.RetryServers {
+		for _, cause := range rs.RetryCauses {
+			m.retryCache.get(retryKey{r, server, cause}, func() prometheus.Counter {
+				return m.retries.WithLabelValues(r, server, cause)
+			})
+		}
+	}
+	m.allStale.WithLabelValues(r) // created at 0 when absent, unchanged otherwise
 }
 
 // ForgetRoute drops the per-route gauges of a route that a reload removed.
@@ -373,14 +433,23 @@ type HTTPServer struct {
 	err  error // Serve's result, read after done is closed
 }
 
-// ServeMetrics serves m at /metrics on ln ([metrics] listen) until Close.
+// ServeMetrics serves m at /metrics on ln ([metrics] listen) until Close,
+// with /healthz and a /readyz that is never ready (no ReadinessSource).
 // The server takes ownership of ln.
-func ServeMetrics(ln net.Listener, m *Metrics) *HTTPServer {
+func ServeMetrics(ln net.Listener, m *Metrics) *HTTPServer { return Serve(ln, m, nil) }
+
+// Serve serves m at /metrics on ln ([metrics] listen) until Close, plus
+// /healthz (200 while the process serves) and /readyz (200 when ready
+// reports the instance ready, else 503; health.go). The server takes
+// ownership of ln.
+func Serve(ln net.Listener, m *Metrics, ready ReadinessSource) *HTTPServer {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		ErrorHandling:       promhttp.ContinueOnError,
 		MaxRequestsInFlight: 4,
 	}))
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.HandleFunc("GET /readyz", readyz(ready))
 	h := &HTTPServer{
 		srv: &http.Server{
 			Handler:           mux,

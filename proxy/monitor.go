@@ -16,6 +16,7 @@ import (
 // says so loudly (SPEC §6). Owned by the Server; Close stops it.
 func (s *Server) monitor(ctx context.Context) {
 	staleSince := map[string]time.Time{}
+	s.observeServers(staleSince, time.Now()) // per-server series from start-up, not after a second
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -62,11 +63,12 @@ func (s *Server) observeServers(staleSince map[string]time.Time, now time.Time) 
 		stale := now.Sub(since)
 		s.metrics.SetAllReplicasStale(rt.Name, stale.Seconds())
 		if cfg.Rollout.AutoRollback && stale > cfg.Rollout.LagSLOWindow() {
-			if stage, rolledBack := s.rollout.get(); !rolledBack {
-				if err := s.rollout.set(stage, true); err != nil {
+			if _, rolledBack := s.rollout.get(rt.Name); !rolledBack {
+				if err := s.rollout.rollback(s.routeNames()); err != nil {
 					s.log.Error("auto_rollback: could not persist the rollback", zap.Error(err))
 					continue
 				}
+				s.syncers.kick()
 				s.log.Error("AUTO ROLLBACK: every replica of the route stayed ineligible beyond lag_slo_window_ms; all reads now go to the primary until ROUTING STAGE n",
 					zap.String("route", rt.Name), zap.Duration("stale_for", stale), zap.Duration("lag_slo_window", cfg.Rollout.LagSLOWindow()))
 			}

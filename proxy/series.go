@@ -1,0 +1,68 @@
+package proxy
+
+// The labelled metric series of a route that exist from start-up and
+// after every reload, at 0 until their first event (admin.DeclareRoute),
+// so that rate() in deploy/alerts.yml and deploy/grafana/kineticd.json
+// reads 0 rather than "no data".
+
+import (
+	"github.com/pg-kinetic/pg-kinetic/admin"
+	"github.com/pg-kinetic/pg-kinetic/config"
+)
+
+// fallbackReasons are the SPEC §8 reasons a read falls back to the primary
+// for (isFallback); a read is rejected for the same ones or for
+// fallback_overload.
+var (
+	fallbackReasons = []string{reasonReplicaUnavailable, reasonReadYourWrites, reasonStrictFresh, reasonLagExceeded,
+		reasonLagUnknown, reasonSplitBrain, reasonTimelineChanged}
+	rejectReasons = append(append([]string(nil), fallbackReasons...), reasonFallbackOverload)
+	// retryCauses are kinetic_read_retries_total's cause words (forward.go).
+	retryCauses = []string{"connection_lost", "unreachable"}
+)
+
+// routeSeries lists the series of rt to declare. A route with
+// read_routing_mode = "off" sends every unit to the primary as
+// routing_off. Otherwise, per query class ("default" and the route's
+// classes): a primary_only class's decisions are primary/class_primary_only;
+// any other class's are replica/read, primary/<fallback reason> and
+// rejected/<reject reason>; and the default class has primary/write. The
+// route's fallback and rejection counters get every reason, and read
+// retries every replica and cause.
+func routeSeries(rt *config.Route) admin.RouteSeries {
+	rs := admin.RouteSeries{Route: rt.Name}
+	if rt.ReadRouting.ReadRoutingMode == config.RoutingOff || rt.ReadRouting.ReadRoutingMode == "" {
+		rs.Decisions = []admin.DecisionLabels{{Target: targetPrimary, Reason: reasonRoutingOff}}
+		return rs
+	}
+	rs.Decisions = append(rs.Decisions, admin.DecisionLabels{Target: targetPrimary, Reason: reasonWrite})
+	classes := []config.QueryClass{{Name: admin.DefaultQueryClass}}
+	classes = append(classes, rt.QueryClasses...)
+	for i, qc := range classes {
+		if i > 0 && (qc.Routing == config.ClassPrimaryOnly || qc.Routing == "" || config.AlwaysPrimaryOnly(qc.Name)) {
+			rs.Decisions = append(rs.Decisions, admin.DecisionLabels{QueryClass: qc.Name, Target: targetPrimary, Reason: reasonClassPrimaryOnly})
+			continue
+		}
+		rs.Decisions = append(rs.Decisions, admin.DecisionLabels{QueryClass: qc.Name, Target: targetReplica, Reason: reasonRead})
+		for _, r := range fallbackReasons {
+			rs.Decisions = append(rs.Decisions, admin.DecisionLabels{QueryClass: qc.Name, Target: targetPrimary, Reason: r})
+		}
+		for _, r := range rejectReasons {
+			rs.Decisions = append(rs.Decisions, admin.DecisionLabels{QueryClass: qc.Name, Target: targetRejected, Reason: r})
+		}
+	}
+	rs.FallbackReasons = fallbackReasons
+	rs.RejectReasons = rejectReasons
+	for _, rep := range rt.Replicas {
+		rs.RetryServers = append(rs.RetryServers, rep.Address)
+	}
+	rs.RetryCauses = retryCauses
+	return rs
+}
+
+// declareSeries declares the series of every route of cfg.
+func (s *Server) declareSeries(cfg *config.Config) {
+	for i := range cfg.Routes {
+		s.metrics.DeclareRoute(routeSeries(&cfg.Routes[i]))
+	}
+}
