@@ -72,8 +72,12 @@ type Requirement struct {
 //
 //  1. no verdict (have = false)                       → replica_unavailable
 //  2. unreachable at the last probe                   → replica_unavailable
-//  3. configured as a standby, detected as a primary  → split_brain
-//  4. not both configured and detected as a standby   → replica_unavailable
+//  3. a split brain (health.Verdict.SplitBrain), or configured as a
+//     standby and detected as a primary              → split_brain
+//  4. not detected as a standby, or not a configured
+//     server of the route                             → replica_unavailable
+//     (a configured primary that rejoined as a standby of an elected
+//     primary serves reads: follow_failover)
 //  5. now − ProbedAt > VerdictTTL                     → lag_unknown
 //  6. system identifier not the route primary's       → split_brain
 //  7. a Floor is set, and its timeline (Floor.Timeline, or PrimaryTimeline
@@ -140,9 +144,9 @@ func Eligible(v health.Verdict, have bool, req Requirement, now time.Time) (ok b
 		return false, ReasonReplicaUnavailable
 	case !v.Reachable:
 		return false, ReasonReplicaUnavailable
-	case v.Configured == health.RoleStandby && v.Detected == health.RolePrimary:
+	case v.SplitBrain || (v.Configured == health.RoleStandby && v.Detected == health.RolePrimary):
 		return false, ReasonSplitBrain
-	case v.Configured != health.RoleStandby || v.Detected != health.RoleStandby:
+	case v.Detected != health.RoleStandby || v.Configured == health.RoleUnknown:
 		return false, ReasonReplicaUnavailable
 	case now.Sub(v.ProbedAt) > req.VerdictTTL:
 		return false, ReasonLagUnknown

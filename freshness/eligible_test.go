@@ -45,7 +45,11 @@ func TestEligible(t *testing.T) {
 		{"configured primary is no replica", with(standby(0), func(v *health.Verdict) {
 			v.Configured, v.Detected = health.RolePrimary, health.RolePrimary
 		}), true, req, false, ReasonReplicaUnavailable},
-		{"configured primary detected standby is no replica either", with(standby(0), func(v *health.Verdict) { v.Configured = health.RolePrimary }), true, req, false, ReasonReplicaUnavailable},
+		// follow_failover: the old primary rewound as a standby of the
+		// elected one serves reads again (with fixed roles it is never a
+		// candidate).
+		{"configured primary rejoined as a standby", with(standby(0), func(v *health.Verdict) { v.Configured = health.RolePrimary }), true, req, true, ""},
+		{"a split brain by election", with(standby(0), func(v *health.Verdict) { v.SplitBrain = true }), true, req, false, ReasonSplitBrain},
 		{"unconfigured role", with(standby(0), func(v *health.Verdict) { v.Configured = health.RoleUnknown }), true, req, false, ReasonReplicaUnavailable},
 	}
 	for _, tc := range tests {

@@ -84,6 +84,11 @@ type Options struct {
 	// Checker's lock. It must not block for long: the server's next probe
 	// waits for it.
 	Unreachable func(addr string)
+	// FollowFailover elects each route's primary among its servers (Elect)
+	// instead of taking the configured one (routes.ha.follow_failover):
+	// lag is then measured against the elected primary, and a server not
+	// in recovery that is not the elected primary is a split brain.
+	FollowFailover bool
 
 	// after is a testing knob replacing time.After for the waits between
 	// probes, so that tests drive time instead of sleeping.
@@ -102,6 +107,7 @@ type Checker struct {
 	after      func(time.Duration) <-chan time.Time
 	log        *zap.Logger
 	onDown     func(addr string)
+	follow     bool // Options.FollowFailover
 
 	ctx    context.Context // parent of every loop; cancelled by Close
 	cancel context.CancelFunc
@@ -129,9 +135,14 @@ type loop struct {
 // routeState is what the Checker knows about a route's configured primary,
 // from which it derives its standbys' lag and identity (SPEC §5).
 type routeState struct {
-	primary  string // address of the first target configured RolePrimary; "" when none
-	sysID    string // the system identifier the primary last reported
-	timeline uint32 // the timeline the primary last reported as a primary
+	// primary is the address lag is measured against: the first target
+	// configured RolePrimary, or with FollowFailover the elected primary
+	// (the configured one until an election says otherwise); "" when none.
+	primary    string
+	configured string   // the first target configured RolePrimary
+	election   Election // FollowFailover only
+	sysID      string   // the system identifier the primary last reported
+	timeline   uint32   // the timeline the primary last reported as a primary
 	// history is the primary's positions, oldest first (see appendSample);
 	// seen[i] is when history[i] was recorded. A standby verdict probed at
 	// t is judged against the samples recorded by t: their positions were
@@ -159,6 +170,7 @@ func NewChecker(opts Options) *Checker {
 		after:      opts.after,
 		log:        opts.Logger,
 		onDown:     opts.Unreachable,
+		follow:     opts.FollowFailover,
 		loops:      make(map[string]*loop),
 		verdicts:   make(map[string]Verdict),
 		routes:     make(map[string]*routeState),
@@ -461,6 +473,14 @@ func (c *Checker) record(l *loop, at time.Time, probed Verdict, err error) {
 	v = c.deriveLocked(v)
 	prev, had := c.verdicts[l.addr]
 	c.verdicts[l.addr] = v
+	if c.follow && rs != nil {
+		if note, changed := c.electLocked(v.Route, rs); changed {
+			notes = append(notes, note)
+			isPrimary = true // re-derive every server of the route
+			v = c.deriveLocked(v)
+			c.verdicts[l.addr] = v
+		}
+	}
 	notes = append(notes, c.describeChange(prev, had, v))
 	if isPrimary {
 		// A new sample or identity changes the derived fields of the
@@ -510,10 +530,10 @@ func (c *Checker) setRoutesLocked(wanted map[string]Target) bool {
 		}
 	}
 	for route, primary := range primaries {
-		if rs := c.routes[route]; rs != nil && rs.primary == primary {
+		if rs := c.routes[route]; rs != nil && rs.configured == primary {
 			continue
 		}
-		rs := &routeState{primary: primary}
+		rs := &routeState{primary: primary, configured: primary}
 		if v, ok := c.verdicts[primary]; ok && primary != "" {
 			c.observePrimaryLocked(rs, v, c.clock())
 		}
@@ -521,6 +541,48 @@ func (c *Checker) setRoutesLocked(wanted map[string]Target) bool {
 		changed = true
 	}
 	return changed
+}
+
+// electLocked runs the election of route (state rs) again over the
+// latest verdicts of its servers (FollowFailover). When the elected
+// primary changed, lag is measured against the new one from then on. It
+// returns the log line of the change and whether the election changed.
+// c.mu is held.
+func (c *Checker) electLocked(route string, rs *routeState) (func(), bool) {
+	vs := make([]Verdict, 0, len(c.order))
+	for _, addr := range c.order {
+		if v, ok := c.verdicts[addr]; ok && v.Route == route {
+			vs = append(vs, v)
+		}
+	}
+	prev := rs.election
+	e := Elect(vs, rs.sysID, prev)
+	if e == prev {
+		return nil, false
+	}
+	rs.election = e
+	if e.Primary != "" && e.Primary != rs.primary {
+		rs.primary = e.Primary
+		rs.timeline = 0
+		rs.reset()
+		if v, ok := c.verdicts[e.Primary]; ok {
+			c.observePrimaryLocked(rs, v, c.clock())
+		}
+	}
+	return func() {
+		fields := []zap.Field{zap.String("route", route), zap.String("previous_primary", prev.Primary),
+			zap.Uint32("timeline", e.Timeline)}
+		switch {
+		case e.Primary != "" && prev.Primary == "" && prev.Timeline == 0:
+			c.log.Info("health: primary elected", append(fields, zap.String("primary", e.Primary))...)
+		case e.Primary != "":
+			c.log.Warn("health: new primary elected (failover)", append(fields, zap.String("primary", e.Primary))...)
+		case e.Ambiguous:
+			c.log.Error("health: two servers are primaries on the same timeline (split brain): writes fail closed", fields...)
+		default:
+			c.log.Warn("health: no server of the route is a primary: writes fail", fields...)
+		}
+	}, true
 }
 
 // observePrimaryLocked learns from v, a verdict of rs's primary recorded at
@@ -553,8 +615,15 @@ func (c *Checker) observePrimaryLocked(rs *routeState, v Verdict, recorded time.
 // deriveLocked returns v with LagBytes, LagMS and IdentityMismatch computed
 // from its route's state (see Verdict). c.mu is held.
 func (c *Checker) deriveLocked(v Verdict) Verdict {
-	v.LagBytes, v.LagMS, v.IdentityMismatch = -1, -1, false
+	v.LagBytes, v.LagMS, v.IdentityMismatch, v.Elected, v.SplitBrain = -1, -1, false, false, false
 	rs := c.routes[v.Route]
+	if rs != nil && c.follow {
+		v.Elected = v.Addr == rs.election.Primary
+		v.SplitBrain = v.Reachable && v.Detected == RolePrimary && !v.Elected
+	} else {
+		v.Elected = rs != nil && v.Addr == rs.primary
+		v.SplitBrain = v.RoleMismatch()
+	}
 	if !v.Reachable || rs == nil || rs.primary == "" {
 		return v
 	}
@@ -591,7 +660,16 @@ func (c *Checker) publishLocked() {
 			vs = append(vs, v)
 		}
 	}
-	old := c.snap.Swap(newSnapshot(vs))
+	snap := newSnapshot(vs)
+	if c.follow {
+		snap.elections = make(map[string]Election, len(c.routes))
+		for _, v := range vs {
+			if rs := c.routes[v.Route]; rs != nil {
+				snap.elections[v.Route] = rs.election
+			}
+		}
+	}
+	old := c.snap.Swap(snap)
 	close(old.changed)
 }
 
@@ -642,11 +720,11 @@ func (c *Checker) describeChange(prev Verdict, had bool, v Verdict) func() {
 	// A mismatch is judged against the latest reachable evidence: an
 	// unreachable verdict neither starts nor ends one.
 	if v.Reachable {
-		wasMismatch := had && prev.Reachable && prev.RoleMismatch()
+		wasMismatch := had && prev.Reachable && prev.SplitBrain
 		switch {
-		case v.RoleMismatch() && !wasMismatch:
+		case v.SplitBrain && !wasMismatch:
 			lines = append(lines, func() { c.log.Error("health: role mismatch (split brain): server gets no reads", fields()...) })
-		case !v.RoleMismatch() && wasMismatch:
+		case !v.SplitBrain && wasMismatch:
 			lines = append(lines, func() { c.log.Info("health: role mismatch resolved", fields()...) })
 		}
 		wasForeign := had && prev.Reachable && prev.IdentityMismatch

@@ -105,6 +105,10 @@ func TestVerdictTransitions(t *testing.T) {
 				if st.reachable && target.Configured == RolePrimary && st.detected == RolePrimary {
 					want.LagBytes, want.LagMS = 0, 0 // the route primary is its own head
 				}
+				// Fixed roles: the configured primary is the one elected,
+				// and a role mismatch is the split brain.
+				want.Elected = target.Configured == RolePrimary
+				want.SplitBrain = st.roleMismatch
 				if got != want {
 					t.Fatalf("step %d:\n got %+v\nwant %+v", i, got, want)
 				}

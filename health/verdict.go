@@ -119,6 +119,15 @@ type Verdict struct {
 	// it is a copy of another cluster, and gets no reads. False when either
 	// is unknown, and always for the route primary itself.
 	IdentityMismatch bool
+	// Elected: the server is the route's primary for writes. With fixed
+	// roles, the configured primary; with follow_failover, the server the
+	// election chose (Elect), which may be a configured replica.
+	Elected bool
+	// SplitBrain: the server gets no reads and no writes for its role. With
+	// fixed roles, RoleMismatch; with follow_failover, a reachable server
+	// not in recovery that is not the elected primary (a lower timeline,
+	// or a second primary on the same one).
+	SplitBrain bool
 }
 
 // RoleMismatch reports a split-brain condition: the server is reachable, a
@@ -138,6 +147,8 @@ type Snapshot struct {
 	verdicts []Verdict      // in target order (the order SetTargets was given)
 	index    map[string]int // Addr -> position in verdicts
 	changed  chan struct{}  // closed when a newer snapshot replaces this one
+	// elections by route, for a Checker that follows failovers.
+	elections map[string]Election
 }
 
 // NewSnapshot returns a Snapshot of the given verdicts, as a Checker
@@ -169,13 +180,19 @@ func (s *Snapshot) Get(addr string) (Verdict, bool) {
 	return s.verdicts[i], true
 }
 
-// Primary returns the verdict of the route's configured primary (the first
-// target configured RolePrimary, in target order), and false when there is
-// none yet. A Checker serving several routes has one per route; ask Get
-// with the address instead.
+// Primary returns the verdict of the route's primary: the elected one
+// (Verdict.Elected) when there is one, else the configured primary (the
+// first target configured RolePrimary, in target order); false when there
+// is neither yet. A Checker serving several routes has one per route; ask
+// Get with the address instead.
 func (s *Snapshot) Primary() (Verdict, bool) {
 	if s == nil {
 		return Verdict{}, false
+	}
+	for _, v := range s.verdicts {
+		if v.Elected {
+			return v, true
+		}
 	}
 	for _, v := range s.verdicts {
 		if v.Configured == RolePrimary {
@@ -183,6 +200,17 @@ func (s *Snapshot) Primary() (Verdict, bool) {
 		}
 	}
 	return Verdict{}, false
+}
+
+// Election returns the route's election as of this snapshot
+// (follow_failover; see Elect), and false when the Checker does not
+// follow failovers or has no verdict of the route yet.
+func (s *Snapshot) Election(route string) (Election, bool) {
+	if s == nil {
+		return Election{}, false
+	}
+	e, ok := s.elections[route]
+	return e, ok
 }
 
 // All returns every verdict in target order, in a slice the caller owns.

@@ -1,0 +1,131 @@
+package health
+
+import (
+	"testing"
+	"time"
+)
+
+func TestElect(t *testing.T) {
+	const sys, other = "7300000000000000001", "7300000000000000002"
+	prim := func(addr string, tl uint32) Verdict {
+		return Verdict{Target: Target{Addr: addr}, Reachable: true, Detected: RolePrimary, SystemID: sys, Timeline: tl}
+	}
+	stby := func(addr string) Verdict {
+		return Verdict{Target: Target{Addr: addr}, Reachable: true, Detected: RoleStandby, SystemID: sys}
+	}
+	down := func(addr string) Verdict { return Verdict{Target: Target{Addr: addr}} }
+	foreign := func(v Verdict) Verdict { v.SystemID = other; return v }
+	last := Election{Primary: "a", Timeline: 1}
+	tests := []struct {
+		name  string
+		vs    []Verdict
+		sysID string
+		last  Election
+		want  Election
+	}{
+		{"the configured primary, first election", []Verdict{prim("a", 1), stby("b"), stby("c")}, sys, Election{}, Election{Primary: "a", Timeline: 1}},
+		{"unknown system: any primary", []Verdict{stby("b"), prim("a", 1)}, "", Election{}, Election{Primary: "a", Timeline: 1}},
+		{"primary up", []Verdict{prim("a", 1), stby("b"), stby("c")}, sys, last, last},
+		{"primary down: kept", []Verdict{down("a"), stby("b"), stby("c")}, sys, last, last},
+		{"primary not probed yet: kept", []Verdict{stby("b")}, sys, last, last},
+		{"promotion while the old primary is down", []Verdict{down("a"), prim("b", 2), stby("c")}, sys, last, Election{Primary: "b", Timeline: 2}},
+		{"highest timeline wins over a running old primary", []Verdict{prim("a", 1), prim("b", 2), stby("c")}, sys, last, Election{Primary: "b", Timeline: 2}},
+		{"two primaries on one timeline: ambiguous", []Verdict{prim("a", 1), prim("b", 1)}, sys, last, Election{Ambiguous: true, Timeline: 1}},
+		{"ambiguity ends when one goes", []Verdict{down("a"), prim("b", 1)}, sys, Election{Ambiguous: true, Timeline: 1}, Election{Primary: "b", Timeline: 1}},
+		{"demoted, no other primary: none", []Verdict{stby("a"), stby("b"), stby("c")}, sys, last, Election{Timeline: 1}},
+		{"another system is never elected", []Verdict{down("a"), foreign(prim("b", 2))}, sys, last, last},
+		{"the primary now of another system: none", []Verdict{foreign(prim("a", 1))}, sys, last, Election{Timeline: 1}},
+		{"old primary restarted without rewind, new one down: none", []Verdict{prim("a", 1), down("b"), stby("c")}, sys, Election{Primary: "b", Timeline: 2}, Election{Primary: "b", Timeline: 2}},
+		{"old primary restarted without rewind, new one demoted: none", []Verdict{prim("a", 1), stby("b")}, sys, Election{Primary: "b", Timeline: 2}, Election{Timeline: 2}},
+		{"old primary rewound as a standby", []Verdict{stby("a"), prim("b", 2), stby("c")}, sys, Election{Primary: "b", Timeline: 2}, Election{Primary: "b", Timeline: 2}},
+		{"a second failover", []Verdict{down("a"), down("b"), prim("c", 3)}, sys, Election{Primary: "b", Timeline: 2}, Election{Primary: "c", Timeline: 3}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Elect(tc.vs, tc.sysID, tc.last); got != tc.want {
+				t.Fatalf("Elect = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCheckerFollowsFailover drives a Checker with FollowFailover through a
+// failover: the configured primary goes down, a replica is promoted on
+// timeline 2, the old primary comes back without a rewind (split brain),
+// then as a standby of the new primary (eligible again).
+func TestCheckerFollowsFailover(t *testing.T) {
+	targets := []Target{
+		{Route: "main", Addr: addrA, Configured: RolePrimary},
+		standbyTarget(addrB),
+		standbyTarget(addrC),
+	}
+	primTL := func(tl uint32, lsn uint64) answer {
+		return answer{role: RolePrimary, sysID: primaryOK.sysID, tl: tl, current: lsn}
+	}
+	stbyTL := func(tl uint32, lsn uint64) answer {
+		return answer{role: RoleStandby, sysID: standbyOK.sysID, tl: tl, receive: lsn, replay: lsn}
+	}
+	c, p, clock := testChecker(t, Options{Targets: targets, FollowFailover: true, MaxBackoff: time.Second},
+		map[string]answer{addrA: primTL(1, 1000), addrB: stbyTL(1, 1000), addrC: stbyTL(1, 1000)})
+	start := clock.Now()
+	for _, a := range []string{addrA, addrB, addrC} {
+		waitVerdict(t, c, a, start)
+	}
+	// step moves time on by one interval with the given answers, and
+	// waits for the three probes that follow.
+	step := func(answers map[string]answer) *Snapshot {
+		t.Helper()
+		for a, ans := range answers {
+			p.set(a, ans)
+		}
+		d := clock.nextWait(t)
+		for i := 0; i < 2; i++ { // the other loops' waits, before time moves
+			clock.nextWait(t)
+		}
+		clock.Advance(d)
+		for _, a := range []string{addrA, addrB, addrC} {
+			waitVerdict(t, c, a, clock.Now())
+		}
+		return c.Snapshot()
+	}
+	s := c.Snapshot()
+	if e, ok := s.Election("main"); !ok || e.Primary != addrA {
+		t.Fatalf("first election %+v %v, want %s", e, ok, addrA)
+	}
+	if v, _ := s.Primary(); v.Addr != addrA || !v.Elected {
+		t.Fatalf("Primary() = %+v", v)
+	}
+
+	// The primary goes down: still elected (writes fail with a connection error).
+	s = step(map[string]answer{addrA: unreachable})
+	if e, _ := s.Election("main"); e.Primary != addrA {
+		t.Fatalf("primary down: election %+v, want %s kept", e, addrA)
+	}
+	// B is promoted (timeline 2), C follows it.
+	s = step(map[string]answer{addrB: primTL(2, 2000), addrC: stbyTL(2, 2000)})
+	if e, _ := s.Election("main"); e.Primary != addrB || e.Timeline != 2 {
+		t.Fatalf("after the promotion: election %+v, want %s on timeline 2", e, addrB)
+	}
+	if v, _ := s.Primary(); v.Addr != addrB {
+		t.Fatalf("Primary() = %s, want %s", v.Addr, addrB)
+	}
+	if v, _ := s.Get(addrB); v.SplitBrain || v.LagBytes != 0 {
+		t.Fatalf("elected primary verdict %+v", v)
+	}
+	if v, _ := s.Get(addrC); v.SplitBrain || v.LagBytes != 0 || v.Timeline != 2 {
+		t.Fatalf("standby of the new primary: %+v, want lag 0 on timeline 2", v)
+	}
+	// A comes back without a rewind, on timeline 1: a split brain.
+	s = step(map[string]answer{addrA: primTL(1, 1500)})
+	if e, _ := s.Election("main"); e.Primary != addrB {
+		t.Fatalf("old primary back on timeline 1: election %+v, want %s", e, addrB)
+	}
+	if v, _ := s.Get(addrA); !v.SplitBrain || v.Elected {
+		t.Fatalf("old primary on timeline 1: %+v, want a split brain", v)
+	}
+	// A rewound as a standby of B: a replica like any other.
+	s = step(map[string]answer{addrA: stbyTL(2, 2000)})
+	if v, _ := s.Get(addrA); v.SplitBrain || v.LagBytes != 0 {
+		t.Fatalf("old primary rewound: %+v, want a standby with lag 0", v)
+	}
+}
