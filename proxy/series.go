@@ -32,10 +32,10 @@ var (
 func routeSeries(rt *config.Route) admin.RouteSeries {
 	rs := admin.RouteSeries{Route: rt.Name}
 	if rt.ReadRouting.ReadRoutingMode == config.RoutingOff || rt.ReadRouting.ReadRoutingMode == "" {
-		rs.Decisions = []admin.DecisionLabels{{Target: targetPrimary, Reason: reasonRoutingOff}}
+		rs.Decisions = []admin.DecisionLabels{{QueryClass: admin.DefaultQueryClass, Target: targetPrimary, Reason: reasonRoutingOff}}
 		return rs
 	}
-	rs.Decisions = append(rs.Decisions, admin.DecisionLabels{Target: targetPrimary, Reason: reasonWrite})
+	rs.Decisions = append(rs.Decisions, admin.DecisionLabels{QueryClass: admin.DefaultQueryClass, Target: targetPrimary, Reason: reasonWrite})
 	classes := []config.QueryClass{{Name: admin.DefaultQueryClass}}
 	classes = append(classes, rt.QueryClasses...)
 	for i, qc := range classes {

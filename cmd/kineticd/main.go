@@ -91,9 +91,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			srv.Close()
 			return 1
 		}
-		hs := admin.ServeMetrics(mln, metrics)
+		hs := admin.Serve(mln, metrics, srv) // /metrics, /healthz, /readyz
 		defer hs.Close()
-		log.Info("metrics at /metrics", zap.String("listen", mln.Addr().String()))
+		log.Info("metrics at /metrics, health at /healthz and /readyz", zap.String("listen", mln.Addr().String()))
 	}
 	log.Info("kineticd started", zap.String("version", version), zap.String("listen", ln.Addr().String()),
 		zap.String("config", *cfgPath), zap.Int("routes", len(cfg.Routes)))
