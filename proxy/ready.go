@@ -52,12 +52,14 @@ func (s *Server) accepting() bool {
 
 // routeReadiness judges route rt from the latest verdict on its primary
 // (pv; have: whether there is one) and its replicas' eligibility under the
-// route's lag budget (cands), at now. checked is false when the route runs
+// route's lag budget (cands), at now. The primary is the one
+// health.Snapshot.Primary names: the elected one with follow_failover. checked is false when the route runs
 // no health checks (no replicas, or read_routing_mode = "off"). Examples:
 //
 //	primary reachable, not in recovery, verdict within verdict_ttl_ms   -> ready, primary_up
 //	primary unreachable, one replica eligible (weight > 0)              -> ready, reads_only
 //	primary in recovery (split brain, failover), one replica eligible   -> ready, reads_only
+//	primary a split brain (Verdict.SplitBrain), no replica eligible     -> not ready, unavailable
 //	primary unreachable, replicas unreachable or lagging                -> not ready, unavailable
 //	primary not probed yet, no replica eligible                         -> not ready, unavailable
 //	route without health checks                                         -> ready, unchecked
@@ -83,6 +85,9 @@ func routeReadiness(rt *config.Route, checked bool, pv health.Verdict, have bool
 	if len(why) > 0 {
 		replicas += " (" + strings.Join(why, ", ") + ")"
 	}
+	if have && pv.Addr != "" {
+		out.Primary = pv.Addr // with follow_failover, the elected one
+	}
 	var primary string
 	switch ttl := rt.HA.VerdictTTL(); {
 	case !have:
@@ -91,6 +96,8 @@ func routeReadiness(rt *config.Route, checked bool, pv health.Verdict, have bool
 		primary = "the primary is unreachable: " + pv.Err
 	case pv.Detected != health.RolePrimary:
 		primary = "the primary is in recovery (split brain, or a failover in progress)"
+	case pv.SplitBrain:
+		primary = "the primary is a split brain (another server not in recovery on its timeline or a higher one)"
 	case now.Sub(pv.ProbedAt) > ttl:
 		primary = "the primary's last verdict is older than verdict_ttl_ms (" + ttl.String() + ")"
 	default:

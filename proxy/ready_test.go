@@ -56,6 +56,8 @@ func TestRouteReadiness(t *testing.T) {
 			[]candidate{lagging, down}, false, admin.RouteUnavailable, []string{"unreachable: timeout", "0 of 2", "lag_exceeded"}, 0},
 		{"primary unreachable, only a weight-0 replica", true, primary(func(v *health.Verdict) { v.Reachable = false }), true,
 			[]candidate{weightless}, false, admin.RouteUnavailable, []string{"pg2:5432 weight 0"}, 0},
+		{"primary a split brain, nothing else", true, primary(func(v *health.Verdict) { v.SplitBrain = true }), true,
+			[]candidate{down}, false, admin.RouteUnavailable, []string{"split brain"}, 0},
 		{"primary not probed yet", true, health.Verdict{}, false, []candidate{down},
 			false, admin.RouteUnavailable, []string{"not been probed"}, 0},
 		{"no health checks", false, health.Verdict{}, false, nil,
