@@ -50,6 +50,7 @@ type Source interface {
 	Routes() []RouteRow       // SHOW ROUTES
 	Pools() []PoolRow         // SHOW POOLS
 	Stats() []StatRow         // SHOW STATS
+	Rollout() []RolloutRow    // SHOW ROLLOUT
 	ConfigLines() [][2]string // SHOW CONFIG: key, value (secrets redacted by the proxy)
 	Version() string          // SHOW VERSION
 	Reload() error            // RELOAD: non-nil when the new config is refused
@@ -106,6 +107,18 @@ type RouteRow struct {
 	Rejected uint64
 }
 
+// RolloutRow is one route's rollout state in force (SPEC §6) and, with
+// [rollout] shared, how it stands with the route's shared row.
+type RolloutRow struct {
+	Route      string
+	Stage      int
+	RolledBack bool
+	Shared     bool
+	Version    int64  // the shared row's version last seen; 0 = none
+	Pending    string // a local change not yet in the shared row ("" = none)
+	Sync       string // the syncer's status ("" when not shared)
+}
+
 // PoolRow is one server pool.
 type PoolRow struct {
 	Route    string
@@ -147,6 +160,7 @@ var (
 	RoutesColumns  = []string{"route", "query_class", "routing", "mode", "stage", "enabled", "decisions_primary", "decisions_replica", "decisions_rejected"}
 	PoolsColumns   = []string{"route", "server", "user", "database", "active", "idle", "waiting", "size"}
 	StatsColumns   = []string{"name", "value"}
+	RolloutColumns = []string{"route", "stage", "rolled_back", "shared", "version", "pending", "sync"}
 	ConfigColumns  = []string{"key", "value"}
 	VersionColumns = []string{"version"}
 )
@@ -155,7 +169,7 @@ var (
 // shows them.
 var Commands = []string{
 	"SHOW SERVERS", "SHOW CLIENTS", "SHOW ROUTES", "SHOW POOLS", "SHOW STATS",
-	"SHOW CONFIG", "SHOW VERSION", "RELOAD", "ROUTING ROLLBACK", "ROUTING STAGE n",
+	"SHOW ROLLOUT", "SHOW CONFIG", "SHOW VERSION", "RELOAD", "ROUTING ROLLBACK", "ROUTING STAGE n",
 	"PAUSE [route]", "RESUME [route]",
 }
 
@@ -203,6 +217,8 @@ func Execute(command string, src Source) (Result, error) {
 			return showPools(src.Pools()), nil
 		case "STATS":
 			return showStats(src.Stats()), nil
+		case "ROLLOUT":
+			return showRollout(src.Rollout()), nil
 		case "CONFIG":
 			return showConfig(src.ConfigLines()), nil
 		case "VERSION":
@@ -379,6 +395,15 @@ func showStats(in []StatRow) Result {
 		rows = append(rows, []string{r.Name, r.Value})
 	}
 	return Result{Columns: cols(StatsColumns), Rows: rows, Tag: TagShow}
+}
+
+func showRollout(in []RolloutRow) Result {
+	rows := make([][]string, 0, len(in))
+	for _, r := range in {
+		rows = append(rows, []string{r.Route, strconv.Itoa(r.Stage), boolText(r.RolledBack),
+			boolText(r.Shared), strconv.FormatInt(r.Version, 10), r.Pending, r.Sync})
+	}
+	return Result{Columns: cols(RolloutColumns), Rows: rows, Tag: TagShow}
 }
 
 func showConfig(in [][2]string) Result {

@@ -55,6 +55,10 @@ func (f *fakeSource) Stats() []StatRow {
 	return []StatRow{{Name: "client_connections", Value: "2"}, {Name: "uptime_seconds", Value: "3600"}}
 }
 
+func (f *fakeSource) Rollout() []RolloutRow {
+	return []RolloutRow{{Route: "main", Stage: 2, RolledBack: true, Shared: true, Version: 7, Pending: "", Sync: "synced"}}
+}
+
 func (f *fakeSource) ConfigLines() [][2]string {
 	return [][2]string{{"listen", "127.0.0.1:6432"}, {"routes.main.password", "<redacted>"}}
 }
@@ -102,6 +106,9 @@ func TestExecuteShow(t *testing.T) {
 		{"SHOW STATS",
 			[]string{"name", "value"},
 			[][]string{{"client_connections", "2"}, {"uptime_seconds", "3600"}}},
+		{"SHOW ROLLOUT",
+			[]string{"route", "stage", "rolled_back", "shared", "version", "pending", "sync"},
+			[][]string{{"main", "2", "t", "t", "7", "", "synced"}}},
 		{"SHOW CONFIG",
 			[]string{"key", "value"},
 			[][]string{{"listen", "127.0.0.1:6432"}, {"routes.main.password", "<redacted>"}}},
@@ -273,7 +280,7 @@ func TestUnknownCommandListsAll(t *testing.T) {
 		t.Fatalf("err = %v, want 42601", err)
 	}
 	for _, c := range []string{"SHOW SERVERS", "SHOW CLIENTS", "SHOW ROUTES", "SHOW POOLS", "SHOW STATS",
-		"SHOW CONFIG", "SHOW VERSION", "RELOAD", "ROUTING ROLLBACK", "ROUTING STAGE n"} {
+		"SHOW ROLLOUT", "SHOW CONFIG", "SHOW VERSION", "RELOAD", "ROUTING ROLLBACK", "ROUTING STAGE n"} {
 		if !strings.Contains(ae.Message, c) {
 			t.Errorf("message %q does not list %s", ae.Message, c)
 		}

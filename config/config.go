@@ -186,6 +186,9 @@ type Rollout struct {
 	StateFile      string `toml:"state_file"`
 	AutoRollback   bool   `toml:"auto_rollback"`
 	LagSLOWindowMS int    `toml:"lag_slo_window_ms"`
+	// Shared keeps the stage and rollback of a route in a table on its
+	// primary, shared by every kineticd of the route (proxy/rollout_shared.go).
+	Shared bool `toml:"shared"`
 }
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }

@@ -76,7 +76,7 @@ func TestDefaultsMatchSpec(t *testing.T) {
 		Admin:   Admin{Users: []string{"kinetic_admin"}},
 		Metrics: Metrics{Listen: "127.0.0.1:9930"},
 		Log:     Log{Level: "info", Format: "json"},
-		Rollout: Rollout{Stage: 0, LagSLOWindowMS: 60000},
+		Rollout: Rollout{Stage: 0, LagSLOWindowMS: 60000, Shared: true},
 	}
 	if got := Defaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Defaults() =\n%+v\nwant\n%+v", got, want)

@@ -84,7 +84,7 @@ func Defaults() Config {
 		Admin:   Admin{Users: []string{DefaultAdminUser}},
 		Metrics: Metrics{Listen: DefaultMetricsListen},
 		Log:     Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
-		Rollout: Rollout{Stage: DefaultRolloutStage, LagSLOWindowMS: DefaultLagSLOWindowMS},
+		Rollout: Rollout{Stage: DefaultRolloutStage, LagSLOWindowMS: DefaultLagSLOWindowMS, Shared: true},
 	}
 }
 

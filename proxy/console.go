@@ -127,18 +127,19 @@ func (c consoleSource) Reload() error {
 }
 
 func (c consoleSource) RoutingRollback() error {
-	stage, _ := c.s.rollout.get()
-	if err := c.s.rollout.set(stage, true); err != nil {
+	if err := c.s.rollout.rollback(c.s.routeNames()); err != nil {
 		return err
 	}
+	c.s.syncers.kick()
 	c.s.log.Warn("ROUTING ROLLBACK: every read goes to the primary until ROUTING STAGE n")
 	return nil
 }
 
 func (c consoleSource) RoutingStage(n int) error {
-	if err := c.s.rollout.set(n, false); err != nil {
+	if err := c.s.rollout.setStage(c.s.routeNames(), n); err != nil {
 		return err
 	}
+	c.s.syncers.kick()
 	c.s.log.Warn("ROUTING STAGE: query classes enabled through this stage", zap.Int("stage", n))
 	return nil
 }
@@ -238,10 +239,10 @@ func (c consoleSource) Clients() []admin.ClientRow {
 
 func (c consoleSource) Routes() []admin.RouteRow {
 	cfg := c.s.opts.Config.Load()
-	stage, rolledBack := c.s.rollout.get()
 	var out []admin.RouteRow
 	for i := range cfg.Routes {
 		rt := &cfg.Routes[i]
+		stage, rolledBack := c.s.rollout.get(rt.Name)
 		row := func(class, routing string, enabled bool, clStage int) admin.RouteRow {
 			return admin.RouteRow{Route: rt.Name, Class: class, Routing: routing, Mode: rt.ReadRouting.ReadRoutingMode,
 				Stage: clStage, Enabled: enabled && !rolledBack && rt.ReadRouting.ReadRoutingMode != config.RoutingOff,
@@ -296,7 +297,12 @@ func hasReplica(rt *config.Route, addr string) bool {
 func (c consoleSource) Pools() []admin.PoolRow { return c.s.poolStats() }
 
 func (c consoleSource) Stats() []admin.StatRow {
-	stage, rolledBack := c.s.rollout.get()
+	// The state in force of the first route (per route: SHOW ROLLOUT).
+	first := ""
+	if cfg := c.s.opts.Config.Load(); len(cfg.Routes) > 0 {
+		first = cfg.Routes[0].Name
+	}
+	stage, rolledBack := c.s.rollout.get(first)
 	var prim, rep, rej uint64
 	c.s.rangeDecisions(func(k, v any) bool {
 		n := v.(*atomic.Uint64).Load()
@@ -320,6 +326,26 @@ func (c consoleSource) Stats() []admin.StatRow {
 	}
 }
 
+// Rollout is SHOW ROLLOUT: each route's state in force and, when shared,
+// the row version last seen, a local change not yet written, and the
+// syncer's status.
+func (c consoleSource) Rollout() []admin.RolloutRow {
+	var out []admin.RolloutRow
+	for _, name := range c.s.routeNames() {
+		stage, rolledBack := c.s.rollout.get(name)
+		view, shared := c.s.rollout.view(name)
+		row := admin.RolloutRow{Route: name, Stage: stage, RolledBack: rolledBack, Shared: shared}
+		if shared {
+			row.Version, row.Sync = view.Known.Version, c.s.syncers.status(name)
+			if p := view.Pending; p != nil {
+				row.Pending = fmt.Sprintf("stage=%d rolled_back=%t base_version=%d", p.Stage, p.RolledBack, p.Base)
+			}
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
 func (c consoleSource) ConfigLines() [][2]string {
 	cfg := c.s.opts.Config.Load()
 	lines := [][2]string{
@@ -328,6 +354,7 @@ func (c consoleSource) ConfigLines() [][2]string {
 		{"server.backend_tls_mode", cfg.Server.BackendTLSMode}, {"metrics.listen", cfg.Metrics.Listen},
 		{"log.level", cfg.Log.Level}, {"rollout.stage", strconv.Itoa(cfg.Rollout.Stage)},
 		{"rollout.state_file", cfg.Rollout.StateFile}, {"rollout.auto_rollback", strconv.FormatBool(cfg.Rollout.AutoRollback)},
+		{"rollout.shared", strconv.FormatBool(cfg.Rollout.Shared)},
 	}
 	for _, u := range cfg.Users {
 		lines = append(lines, [2]string{"users." + u.Name + ".password", "(redacted)"})

@@ -1387,7 +1387,7 @@ func (ss *session) unitFacts(u unitInfo) (unitFacts, health.Verdict) {
 	var primaryV health.Verdict
 	primaryV, _ = ss.srv.primaryVerdict(ss.route)
 	f.primaryTimeline, f.primaryInRecovery = primaryV.Timeline, primaryV.RoleMismatch()
-	f.stage, f.rolledBack = ss.srv.rollout.get()
+	f.stage, f.rolledBack = ss.srv.rollout.get(ss.route.Name)
 	f.staysPut = (u.read || u.txStart) && ss.staysPut(u)
 	sticky := ss.route.Freshness.StickyPrimaryWindow()
 	if sticky > 0 {

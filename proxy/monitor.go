@@ -63,11 +63,12 @@ func (s *Server) observeServers(staleSince map[string]time.Time, now time.Time) 
 		stale := now.Sub(since)
 		s.metrics.SetAllReplicasStale(rt.Name, stale.Seconds())
 		if cfg.Rollout.AutoRollback && stale > cfg.Rollout.LagSLOWindow() {
-			if stage, rolledBack := s.rollout.get(); !rolledBack {
-				if err := s.rollout.set(stage, true); err != nil {
+			if _, rolledBack := s.rollout.get(rt.Name); !rolledBack {
+				if err := s.rollout.rollback(s.routeNames()); err != nil {
 					s.log.Error("auto_rollback: could not persist the rollback", zap.Error(err))
 					continue
 				}
+				s.syncers.kick()
 				s.log.Error("AUTO ROLLBACK: every replica of the route stayed ineligible beyond lag_slo_window_ms; all reads now go to the primary until ROUTING STAGE n",
 					zap.String("route", rt.Name), zap.Duration("stale_for", stale), zap.Duration("lag_slo_window", cfg.Rollout.LagSLOWindow()))
 			}

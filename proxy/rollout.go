@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -19,22 +20,39 @@ import (
 // auto_rollback) change it and, with state_file set, persist it, so it
 // survives reload and restart. A state file that exists wins over the
 // config's stage.
+//
+// With [rollout] shared (the default) each route also has a shared view
+// (routeRollout): the state its primary's pgkinetic.rollout_state row
+// holds, kept in step by a syncer per route (rollout_shared.go). A
+// route's state in force is its unsynced local change if any, else the
+// row last seen, else the process-wide state above (no row yet).
+//
+// Every method is safe for concurrent use. mu guards everything; the
+// state file is written under it (local file I/O, so that a change is on
+// disk before it takes effect), never network I/O.
 type rollout struct {
 	mu         sync.Mutex
 	stage      int
 	rolledBack bool
 	path       string
 	overridden bool // an operator command or a state file set the state
+	shared     bool // [rollout] shared
+	// routes holds the shared view of each route ever synced or changed
+	// while shared, by route name (kept in the state file).
+	routes map[string]*routeRollout
+	seq    uint64 // numbers local changes (localChange.seq)
 }
 
 type rolloutFile struct {
-	Stage      int  `json:"stage"`
-	RolledBack bool `json:"rolled_back"`
+	Stage      int                      `json:"stage"`
+	RolledBack bool                     `json:"rolled_back"`
+	Routes     map[string]*routeRollout `json:"routes,omitempty"`
 }
 
 // loadRollout reads the state file when it exists, else takes the config.
 func loadRollout(cfg *config.Config, log *zap.Logger) (*rollout, error) {
-	r := &rollout{stage: cfg.Rollout.Stage, path: cfg.Rollout.StateFile}
+	r := &rollout{stage: cfg.Rollout.Stage, path: cfg.Rollout.StateFile, shared: cfg.Rollout.Shared,
+		routes: map[string]*routeRollout{}}
 	if r.path == "" {
 		return r, nil
 	}
@@ -50,40 +68,105 @@ func loadRollout(cfg *config.Config, log *zap.Logger) (*rollout, error) {
 		return nil, fmt.Errorf("rollout.state_file %s: %w", r.path, err)
 	}
 	r.stage, r.rolledBack, r.overridden = f.Stage, f.RolledBack, true
-	log.Info("rollout state restored", zap.String("state_file", r.path), zap.Int("stage", r.stage), zap.Bool("rolled_back", r.rolledBack))
+	for name, v := range f.Routes {
+		if v == nil || v.Known.Version < 0 || v.Known.Stage < 0 || v.Pending != nil && v.Pending.Stage < 0 {
+			return nil, fmt.Errorf("rollout.state_file %s: bad entry for route %q", r.path, name)
+		}
+		if v.Pending != nil {
+			r.seq++
+			v.Pending.seq = r.seq
+		}
+		r.routes[name] = v
+	}
+	log.Info("rollout state restored", zap.String("state_file", r.path), zap.Int("stage", r.stage), zap.Bool("rolled_back", r.rolledBack),
+		zap.Int("shared_routes", len(r.routes)))
 	return r, nil
 }
 
-func (r *rollout) get() (stage int, rolledBack bool) {
+// get is the state in force for route.
+func (r *rollout) get(route string) (stage int, rolledBack bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.stage, r.rolledBack
+	st := r.inForceLocked(route)
+	return st.Stage, st.RolledBack
 }
 
-// set changes the state and writes it atomically (temp file + rename)
-// before it takes effect; a failed write changes nothing.
-func (r *rollout) set(stage int, rolledBack bool) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.path != "" {
-		b, _ := json.Marshal(rolloutFile{Stage: stage, RolledBack: rolledBack})
-		tmp, err := os.CreateTemp(filepath.Dir(r.path), ".kineticd-rollout-*")
-		if err != nil {
-			return err
+func (r *rollout) inForceLocked(route string) rolloutState {
+	if v := r.routes[route]; r.shared && v != nil {
+		if v.Pending != nil {
+			return v.Pending.rolloutState
 		}
-		_, werr := tmp.Write(append(b, '\n'))
-		serr := tmp.Sync()
-		cerr := tmp.Close()
-		if err := errors.Join(werr, serr, cerr); err != nil {
-			os.Remove(tmp.Name())
-			return err
-		}
-		if err := os.Rename(tmp.Name(), r.path); err != nil {
-			os.Remove(tmp.Name())
-			return err
+		if v.Known.Version > 0 {
+			return v.Known.rolloutState
 		}
 	}
-	r.stage, r.rolledBack, r.overridden = stage, rolledBack, true
+	return rolloutState{Stage: r.stage, RolledBack: r.rolledBack}
+}
+
+// rollback is ROUTING ROLLBACK (and auto_rollback): every route of routes
+// (the config's, shared or not) keeps its stage and is rolled back.
+func (r *rollout) rollback(routes []string) error {
+	return r.change(routes, func(cur rolloutState) rolloutState { return rolloutState{Stage: cur.Stage, RolledBack: true} })
+}
+
+// setStage is ROUTING STAGE n: every route at stage n, not rolled back.
+func (r *rollout) setStage(routes []string, n int) error {
+	return r.change(routes, func(rolloutState) rolloutState { return rolloutState{Stage: n} })
+}
+
+// change applies an operator's change to the process-wide state and, when
+// shared, as a pending local change of every route, written to the state
+// file before it takes effect; a failed write changes nothing.
+func (r *rollout) change(routes []string, f func(rolloutState) rolloutState) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	global := f(rolloutState{Stage: r.stage, RolledBack: r.rolledBack})
+	next := map[string]*routeRollout{}
+	if r.shared {
+		for _, name := range routes {
+			v := routeRollout{}
+			if old := r.routes[name]; old != nil {
+				v = *old
+			}
+			r.seq++
+			v.Pending = &localChange{rolloutState: f(r.inForceLocked(name)), Base: v.Known.Version, seq: r.seq}
+			next[name] = &v
+		}
+	}
+	file := rolloutFile{Stage: global.Stage, RolledBack: global.RolledBack, Routes: maps.Clone(r.routes)}
+	maps.Copy(file.Routes, next)
+	if err := r.writeLocked(file); err != nil {
+		return err
+	}
+	r.stage, r.rolledBack, r.overridden = global.Stage, global.RolledBack, true
+	r.routes = file.Routes
+	return nil
+}
+
+// writeLocked writes f to the state file atomically (temp file + rename).
+func (r *rollout) writeLocked(f rolloutFile) error {
+	if r.path == "" {
+		return nil
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(r.path), ".kineticd-rollout-*")
+	if err != nil {
+		return err
+	}
+	_, werr := tmp.Write(append(b, '\n'))
+	serr := tmp.Sync()
+	cerr := tmp.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), r.path); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
 	return nil
 }
 
@@ -96,6 +179,7 @@ func (r *rollout) reloaded(cfg *config.Config) {
 	if r.path == "" && cfg.Rollout.StateFile != "" {
 		r.path = cfg.Rollout.StateFile
 	}
+	r.shared = cfg.Rollout.Shared
 	if !r.overridden {
 		r.stage = cfg.Rollout.Stage
 	}
@@ -141,4 +225,14 @@ func resolveClass(rt *config.Route, name string, stage int, rolledBack bool) (cl
 		p.staleOK = true
 	}
 	return p, nil
+}
+
+// routeNames lists the routes of the config in force, in config order.
+func (s *Server) routeNames() []string {
+	cfg := s.opts.Config.Load()
+	names := make([]string, 0, len(cfg.Routes))
+	for _, rt := range cfg.Routes {
+		names = append(names, rt.Name)
+	}
+	return names
 }

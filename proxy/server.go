@@ -61,7 +61,9 @@ type Server struct {
 	// session-pooled session whose reads go to replicas checks its own
 	// primary backend is still there before its next unit (syncPrimary).
 	terminations atomic.Uint64
-	rollout      *rollout // stage and rollback state (SPEC §6)
+	rollout      *rollout       // stage and rollback state (SPEC §6)
+	syncers      rolloutSyncers // share it through each route's primary (rollout_sync.go)
+	instance     string         // this kineticd in pgkinetic.rollout_state.changed_by
 	metrics      *admin.Metrics
 	stopMon      context.CancelFunc
 	backoff      backoffs
@@ -119,6 +121,8 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.rollout = ro
+	s.syncers.srv = s
+	s.instance = instanceName()
 	s.metrics = opts.Metrics
 	if s.metrics == nil {
 		s.metrics = admin.NewMetrics()
@@ -126,6 +130,7 @@ func New(opts Options) (*Server, error) {
 	s.metrics.SetClientCounter(s.clients.Load)
 	s.backoff.state = map[string]backoffState{}
 	if err := s.Reload(); err != nil {
+		s.syncers.close()
 		s.routing.Swap(nil).close()
 		return nil, err
 	}
@@ -150,6 +155,7 @@ func (s *Server) Reload() error {
 	}
 	if s.rollout != nil {
 		s.rollout.reloaded(cfg)
+		s.syncers.reconcile(cfg)
 	}
 	s.declareSeries(cfg) // series.go: the route's labelled series exist at 0
 	if cfg.Server.TLSMode == config.TLSDisable || cfg.Server.TLSMode == "" {
@@ -224,6 +230,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		ss.drain()
 	}
 	s.stopMon()
+	s.syncers.close()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	var err error
@@ -247,6 +254,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.stopMon()
+	s.syncers.close()
 	s.closeSessions()
 	s.wg.Wait()
 	s.closeRouting()

@@ -51,6 +51,11 @@ type Params struct {
 	ReadRoutingExtra string
 	// Extra is appended verbatim (more [[users]], [[routes]]...).
 	Extra string
+	// RolloutShared leaves [rollout] shared at the product default (true).
+	// Tests turn it off unless they set this: their routes share names
+	// (main, ...) on one shared cluster, and a shared rollout row left by
+	// one test would roll back the next one's routes.
+	RolloutShared bool
 }
 
 const tmpl = `# rendered by kinetictest
@@ -148,7 +153,15 @@ func TOML(c *pgtest.Cluster, p Params) string {
 	}
 	var b bytes.Buffer
 	template.Must(template.New("cfg").Parse(tmpl)).Execute(&b, p)
-	return b.String()
+	out := b.String()
+	if !p.RolloutShared {
+		if strings.Contains(out, "\n[rollout]\n") {
+			out = strings.Replace(out, "\n[rollout]\n", "\n[rollout]\nshared = false\n", 1)
+		} else {
+			out += "\n[rollout]\nshared = false\n"
+		}
+	}
+	return out
 }
 
 // Proxy is an in-process kineticd.
