@@ -674,12 +674,14 @@ func (ss *session) count(l *link, typ byte) {
 	case 'Q', 'F':
 		ss.pending++
 		ss.unitSeq++
+		ss.unitRuns = true
 		l.batches++
 		l.sent = 0
 		l.executed = false
 	case 'S':
 		ss.pending++
 		ss.unitSeq++
+		ss.unitRuns, ss.openRuns = ss.openRuns, false
 		l.batches++
 		l.sent = 0
 		l.executed = false
@@ -694,6 +696,7 @@ func (ss *session) count(l *link, typ byte) {
 		ss.unsynced = true
 		if typ == 'E' {
 			l.executed = true
+			ss.openRuns = true
 		}
 	}
 	ss.cur = l

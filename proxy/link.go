@@ -1079,7 +1079,7 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 		}
 	}
 	ss.cond.Broadcast()
-	return ss.draining && ss.idleLocked()
+	return ss.draining && ss.idleLocked() && ss.unitRuns
 }
 
 // linkFailed handles a server connection that broke. Losing the primary,

@@ -150,6 +150,13 @@ type session struct {
 	tx       byte             // transaction status the client was last told
 	draining bool             // Shutdown asked: close at the next idle point
 	killed   bool             // the session is being closed
+	// unitRuns: the client's last unit runs something (a Query, a
+	// FunctionCall, or a synced batch with an Execute); openRuns: the batch
+	// not yet synced has an Execute. A draining session closes only when
+	// idle after such a unit: a fresh session has not sent its first query
+	// yet, and a unit that only prepared (Parse, Describe, Sync: pgx, libpq's
+	// PQprepare) is followed by the Bind and Execute it prepared for.
+	unitRuns, openRuns bool
 
 	// checkingPrimary: the session's primary backend sent a FATAL error
 	// and its reader is finding out whether the server is up (then the
@@ -245,11 +252,15 @@ func (ss *session) idleLocked() bool {
 	return ss.pending == 0 && !ss.unsynced && ss.tx == 'I'
 }
 
-// drain asks the session to end at its next idle point (Shutdown).
+// drain asks the session to end at its next idle point (Shutdown): now
+// if it is idle after a unit that ran something, else when it is idle
+// after the next one (unitRuns), or when the shutdown timeout ends. A
+// client that just connected (pgbench -C, a PHP request) is about to send
+// its first query; closing it now would fail that query.
 func (ss *session) drain() {
 	ss.mu.Lock()
 	ss.draining = true
-	idle := ss.cond != nil && ss.idleLocked() // cond: connect is done
+	idle := ss.cond != nil && ss.idleLocked() && ss.unitRuns // cond: connect is done
 	ss.mu.Unlock()
 	if idle {
 		ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
