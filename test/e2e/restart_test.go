@@ -230,3 +230,40 @@ func TestSIGTERMLetsANewSessionRunItsFirstUnit(t *testing.T) {
 		})
 	}
 }
+
+// TestSecondSIGTERMEndsTheDrain: a second SIGTERM while kineticd drains
+// closes the sessions still in a transaction at once instead of waiting
+// for shutdown_timeout_ms (here 10 minutes, far above the test's guard).
+func TestSecondSIGTERMEndsTheDrain(t *testing.T) {
+	c := pgtest.Shared(t)
+	ctx := ctxT(t, time.Minute)
+	d := kinetictest.StartProcess(t, c, kinetictest.Params{ShutdownTimeout: 600000})
+	a := connect(t, ctx, d.AppDSN())
+	if _, err := a.Exec(ctx, "begin"); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, ctx, a, "select txid_current()"); n == 0 {
+		t.Fatal("no transaction id")
+	}
+	if err := d.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WaitLog(ctx, "shutting down: draining sessions"); err != nil {
+		t.Fatal(err)
+	}
+	if d.Exited() {
+		t.Fatalf("kineticd exited with a transaction open after one SIGTERM: %v", d.Wait(t, time.Second))
+	}
+	if err := d.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitClosedByServer(t, a, 20*time.Second); pgCode(err) != "57P01" {
+		t.Logf("the session in a transaction closed without a 57P01 ErrorResponse: %v", err)
+	}
+	if err := d.Wait(t, 20*time.Second); err != nil {
+		t.Fatalf("kineticd exit: %v, want status 0\n%s", err, d.Logs())
+	}
+	if !strings.Contains(d.Logs(), "second signal while draining") {
+		t.Errorf("no log line about the second signal:\n%s", d.Logs())
+	}
+}
