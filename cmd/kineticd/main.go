@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -104,6 +105,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	// Ready only now: ln accepts, and a SIGHUP systemd sends from here on is a reload.
+	notifySystemd(log, daemon.SdNotifyReady)
 	for {
 		select {
 		case err := <-serveErr:
@@ -115,9 +118,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
+				notifySystemd(log, daemon.SdNotifyReloading)
 				reload(holder, srv, logLevel, log)
+				notifySystemd(log, daemon.SdNotifyReady)
 				continue
 			}
+			notifySystemd(log, daemon.SdNotifyStopping)
 			cur := holder.Load()
 			log.Info("shutting down: draining sessions", zap.String("signal", sig.String()),
 				zap.Duration("shutdown_timeout", cur.Server.ShutdownTimeout()))
