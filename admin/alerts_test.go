@@ -137,6 +137,14 @@ var (
 type exprCheck struct {
 	metrics  []string // metric names referenced
 	byLabels []string // labels of the first by (...) clause, nil without one
+	uses     []seriesUse
+}
+
+// seriesUse is one selector of an expression: a metric and its equality
+// label matchers (label -> value; regexp and negative matchers left out).
+type seriesUse struct {
+	metric string
+	equals map[string]string
 }
 
 // checkExpr is a hand-written PromQL sanity check: balanced brackets, valid
@@ -256,6 +264,7 @@ func checkExpr(t reporter, name, expr string, exported map[string]metricInfo) ex
 					continue
 				}
 				res.metrics = append(res.metrics, word)
+				use := seriesUse{metric: word, equals: map[string]string{}}
 				for _, l := range info.labels {
 					allLabels[l] = true
 				}
@@ -281,9 +290,13 @@ func checkExpr(t reporter, name, expr string, exported map[string]metricInfo) ex
 							continue
 						}
 						checkMatcher(t, name, word, info, mm[1], mm[2], mm[3])
+						if mm[2] == "=" {
+							use.equals[mm[1]] = mm[3]
+						}
 					}
 					i += end + 1
 				}
+				res.uses = append(res.uses, use)
 			}
 		default:
 			if !strings.ContainsRune("+-*/%^=!<>,", rune(c)) {

@@ -123,7 +123,8 @@ func TestRouteSeries(t *testing.T) {
 		t.Errorf("retries %v x %v", rs.RetryServers, rs.RetryCauses)
 	}
 	rt.ReadRouting.ReadRoutingMode = config.RoutingOff
-	if rs := routeSeries(rt); len(rs.Decisions) != 1 || rs.Decisions[0].Reason != reasonRoutingOff || len(rs.FallbackReasons) != 0 {
-		t.Errorf("routing off: %+v, want primary/routing_off only", rs)
+	if rs := routeSeries(rt); len(rs.Decisions) != 1 || rs.Decisions[0].Reason != reasonRoutingOff ||
+		len(rs.FallbackReasons) != len(fallbackReasons) || len(rs.RetryServers) != 2 {
+		t.Errorf("routing off: %+v, want decisions primary/routing_off only, and every fallback reason and retry", rs)
 	}
 }

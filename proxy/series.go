@@ -21,16 +21,22 @@ var (
 	retryCauses = []string{"connection_lost", "unreachable"}
 )
 
-// routeSeries lists the series of rt to declare. A route with
-// read_routing_mode = "off" sends every unit to the primary as
-// routing_off. Otherwise, per query class ("default" and the route's
-// classes): a primary_only class's decisions are primary/class_primary_only;
-// any other class's are replica/read, primary/<fallback reason> and
-// rejected/<reject reason>; and the default class has primary/write. The
-// route's fallback and rejection counters get every reason, and read
-// retries every replica and cause.
+// routeSeries lists the series of rt to declare. Every route gets its
+// fallback and rejection counters for every reason and its read retries
+// for every replica and cause (cheap, and a rate() over them reads 0 even
+// on a route that routes no reads). Decisions are declared where they are
+// possible: a route with read_routing_mode = "off" sends every unit to the
+// primary as routing_off; otherwise, per query class ("default" and the
+// route's classes), a primary_only class's decisions are
+// primary/class_primary_only, any other class's are replica/read,
+// primary/<fallback reason> and rejected/<reject reason>, and the default
+// class has primary/write.
 func routeSeries(rt *config.Route) admin.RouteSeries {
-	rs := admin.RouteSeries{Route: rt.Name}
+	rs := admin.RouteSeries{Route: rt.Name, FallbackReasons: fallbackReasons, RejectReasons: rejectReasons,
+		RetryCauses: retryCauses}
+	for _, rep := range rt.Replicas {
+		rs.RetryServers = append(rs.RetryServers, rep.Address)
+	}
 	if rt.ReadRouting.ReadRoutingMode == config.RoutingOff || rt.ReadRouting.ReadRoutingMode == "" {
 		rs.Decisions = []admin.DecisionLabels{{QueryClass: admin.DefaultQueryClass, Target: targetPrimary, Reason: reasonRoutingOff}}
 		return rs
@@ -51,12 +57,6 @@ func routeSeries(rt *config.Route) admin.RouteSeries {
 			rs.Decisions = append(rs.Decisions, admin.DecisionLabels{QueryClass: qc.Name, Target: targetRejected, Reason: r})
 		}
 	}
-	rs.FallbackReasons = fallbackReasons
-	rs.RejectReasons = rejectReasons
-	for _, rep := range rt.Replicas {
-		rs.RetryServers = append(rs.RetryServers, rep.Address)
-	}
-	rs.RetryCauses = retryCauses
 	return rs
 }
 
