@@ -23,6 +23,8 @@
 //	replicas.go      a runtime per route (classifier, health checker, position readers, counters,
 //	                 volatility cache), swapped whole on reload; replica links; backoffs
 //	rollout.go       routing stage and rollback (SPEC §6), query class policies
+//	rollout_shared.go the state shared by every kineticd of a route: the conflict rule by version (pure: planSync)
+//	rollout_sync.go  one syncer per route: LISTEN/poll the primary's pgkinetic.rollout_state, compare-and-set writes
 //	monitor.go       health-derived metrics and auto_rollback
 //	console.go       the admin console (database pgkinetic)
 //	pause.go         PAUSE/RESUME: units of a route held at the next idle point

@@ -30,7 +30,11 @@ import (
 
 const (
 	rolloutChannel = "pg_kinetic_rollout"
-	rolloutPoll    = time.Second // fallback poll, and the retry after an error
+	rolloutPoll    = time.Second // fallback poll, and the retry after a connection error
+	// rolloutRefused is the retry after the server refused (no table and
+	// no privilege to create it, ...): each attempt leaves an ERROR in the
+	// server's log.
+	rolloutRefused = 10 * time.Second
 	rolloutQueryTO = 2 * time.Second
 	rolloutDialTO  = 5 * time.Second
 
@@ -230,7 +234,7 @@ func (sy *rolloutSyncer) run(ctx context.Context) {
 		pc, want, err := sy.target()
 		if err != nil {
 			sy.setStatus("no target", err)
-			sy.wait(ctx, nil)
+			sy.waitFor(ctx, rolloutPoll)
 			continue
 		}
 		if conn != nil && (want != addr || conn.IsClosed()) {
@@ -248,7 +252,7 @@ func (sy *rolloutSyncer) run(ctx context.Context) {
 				if ctx.Err() == nil {
 					sy.setStatus("primary unreachable", err)
 				}
-				sy.wait(ctx, nil)
+				sy.waitFor(ctx, rolloutPoll)
 				continue
 			}
 			addr = want
@@ -258,6 +262,7 @@ func (sy *rolloutSyncer) run(ctx context.Context) {
 				return
 			}
 			var pe *pgconn.PgError
+			retry := rolloutRefused
 			switch {
 			case errors.As(err, &pe) && pe.Code == "42501":
 				sy.setStatus("insufficient privilege: run deploy/sql/pg_kinetic_rollout.sql", err)
@@ -266,31 +271,33 @@ func (sy *rolloutSyncer) run(ctx context.Context) {
 			default:
 				sy.setStatus("primary unreachable", err)
 				drop()
+				retry = rolloutPoll
 			}
-			sy.wait(ctx, nil)
+			sy.waitFor(ctx, retry)
 			continue
 		}
 		sy.setStatus("synced", nil)
-		sy.wait(ctx, conn)
+		sy.waitNotified(ctx, conn)
 		if conn.IsClosed() {
 			drop()
 		}
 	}
 }
 
-// wait returns after rolloutPoll, a kick, or (with conn) a notification.
-// A kick made before the wait starts ends it at once.
-func (sy *rolloutSyncer) wait(ctx context.Context, conn *pgconn.PgConn) {
-	if conn == nil {
-		t := time.NewTimer(rolloutPoll)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-		case <-sy.kickCh:
-		case <-t.C:
-		}
-		return
+// waitFor returns after d or a kick (one made before the wait counts).
+func (sy *rolloutSyncer) waitFor(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-sy.kickCh:
+	case <-t.C:
 	}
+}
+
+// waitNotified returns after rolloutPoll, a notification on conn, or a
+// kick (one made before the wait starts ends it at once).
+func (sy *rolloutSyncer) waitNotified(ctx context.Context, conn *pgconn.PgConn) {
 	wctx, cancel := context.WithTimeout(ctx, rolloutPoll)
 	defer cancel()
 	sy.mu.Lock()

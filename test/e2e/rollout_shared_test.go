@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -64,18 +66,23 @@ func (in *instance) exec(ctx context.Context, cmd string) ([][]string, error) {
 }
 
 func (in *instance) rollout(ctx context.Context) (rolloutRow, error) {
+	return in.rolloutOf(ctx, "main")
+}
+
+// rolloutOf is the instance's SHOW ROLLOUT row for route.
+func (in *instance) rolloutOf(ctx context.Context, route string) (rolloutRow, error) {
 	rows, err := in.exec(ctx, "SHOW ROLLOUT")
 	if err != nil {
 		return rolloutRow{}, err
 	}
 	col := func(r []string, name string) string { return r[slices.Index(admin.RolloutColumns, name)] }
 	for _, r := range rows {
-		if r[0] == "main" {
+		if r[0] == route {
 			return rolloutRow{stage: col(r, "stage"), rolledBack: col(r, "rolled_back"), version: col(r, "version"),
 				pending: col(r, "pending"), sync: col(r, "sync")}, nil
 		}
 	}
-	return rolloutRow{}, fmt.Errorf("SHOW ROLLOUT has no row for route main: %v", rows)
+	return rolloutRow{}, fmt.Errorf("SHOW ROLLOUT has no row for route %s: %v", route, rows)
 }
 
 // awaitState polls every instance until each shows stage and rolled back
@@ -118,38 +125,49 @@ func awaitState(t *testing.T, ctx context.Context, ins []*instance, stage int, r
 // stay local (the third keeps the last state, and keeps it across a
 // restart through state_file); when the primary is back all three
 // converge on one version, rolled back: the rollback was not lost.
+//
+// A second route, priv, is on a database whose owner is not kineticd's
+// role: kineticd may not create the table there and says so (SHOW
+// ROLLOUT's sync column); once deploy/sql/pg_kinetic_rollout.sql has run,
+// priv is shared like main.
 func TestRolloutSharedAcrossInstances(t *testing.T) {
 	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
-	ctx := ctxT(t, 150*time.Second)
+	ctx := ctxT(t, 180*time.Second)
+	if err := cl.Primary.Exec(ctx, "CREATE DATABASE rolloutpriv"); err != nil {
+		t.Fatal(err)
+	}
+	privRoute := fmt.Sprintf("\n[[routes]]\nname = \"priv\"\ndatabase = \"rolloutpriv\"\n[routes.primary]\naddress = %q\n", cl.Primary.Addr())
 	dir := t.TempDir()
 	var ins []*instance
 	for _, name := range []string{"a", "b", "c"} {
 		state := filepath.Join(dir, name+".json")
 		pr := kinetictest.StartProcess(t, cl, kinetictest.Params{
 			Replicas: addrs(cl.Standbys...), ReadRoutingMode: "prefer_replica", LogLevel: "info",
-			Extra: classesTOML(state), RolloutShared: true,
+			Extra: classesTOML(state) + privRoute, RolloutShared: true,
 		})
 		in := &instance{name: name, pr: pr, state: state}
 		in.dial(t, ctx)
 		ins = append(ins, in)
 	}
-	// Every syncer in step with the primary before the first change.
-	deadline := time.Now().Add(20 * time.Second)
-	for _, in := range ins {
-		for {
-			r, err := in.rollout(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.sync == "synced" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: sync status %q, want synced\n%s", in.name, r.sync, in.pr.Logs())
-			}
-			time.Sleep(20 * time.Millisecond)
+	// Every syncer in step with the primary before the first change;
+	// priv's refused until the SQL file has run.
+	awaitSync := func(route, want string) {
+		t.Helper()
+		for _, in := range ins {
+			awaitCond(t, 30*time.Second, in.name+" "+route+" sync "+want, func() (bool, error) {
+				r, err := in.rolloutOf(ctx, route)
+				return strings.HasPrefix(r.sync, want), err
+			})
 		}
 	}
+	awaitSync("main", "synced")
+	awaitSync("priv", "insufficient privilege")
+	psql := exec.CommandContext(ctx, pgtest.Bin("psql"), "-X", "-q", "-v", "kinetic_user="+pgtest.AppUser,
+		"-d", cl.Primary.DSN(pgtest.SuperUser, "", "rolloutpriv"), "-f", "../../deploy/sql/pg_kinetic_rollout.sql")
+	if out, err := psql.CombinedOutput(); err != nil {
+		t.Fatalf("psql -f deploy/sql/pg_kinetic_rollout.sql: %v\n%s", err, out)
+	}
+	awaitSync("priv", "synced") // (the retry after a refusal comes within 10 s)
 
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
@@ -270,5 +288,31 @@ func TestRolloutSharedAcrossInstances(t *testing.T) {
 	t.Logf("converged %v after the primary's start: %+v", time.Since(start).Round(time.Millisecond), final[0])
 	if final[0].rolledBack != "t" || final[0].stage != fmt.Sprint(stage) && final[0].stage != fmt.Sprint(other) {
 		t.Fatalf("converged on %+v, want rolled back at stage %d or %d", final[0], stage, other)
+	}
+	// priv (whose table came from the SQL file) converged the same way,
+	// and its row says what the instances show.
+	var privRow rolloutRow
+	awaitCond(t, 30*time.Second, "priv converges", func() (bool, error) {
+		for i, in := range ins {
+			r, err := in.rolloutOf(ctx, "priv")
+			if err != nil || r.pending != "" || r.sync != "synced" || i > 0 && r != privRow {
+				return false, err
+			}
+			privRow = r
+		}
+		return true, nil
+	})
+	c2, err := pgx.Connect(ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, "rolloutpriv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close(ctx)
+	var stageText, rbText, versionText string
+	if err := c2.QueryRow(ctx, "SELECT stage::text, rolled_back::text, version::text FROM pgkinetic.rollout_state WHERE route = 'priv'").
+		Scan(&stageText, &rbText, &versionText); err != nil {
+		t.Fatalf("priv's row: %v", err)
+	}
+	if rbText != "true" || stageText != privRow.stage || versionText != privRow.version || privRow.rolledBack != "t" {
+		t.Errorf("priv: row stage %s rolled_back %s version %s, instances %+v; want the same, rolled back", stageText, rbText, versionText, privRow)
 	}
 }
