@@ -16,6 +16,8 @@
 #   make build         bin/kineticd
 #   make check-config  validate deploy/kineticd.example.toml
 #   make check-systemd systemd-analyze verify deploy/systemd/kineticd.service
+#   make image         the container image (deploy/container), with buildah
+#   make check-image   build it, run kineticd --version/--check-config inside
 #
 # From a fresh clone on Debian with only Go installed, `make test` as root
 # installs PostgreSQL 15 and gcc first (scripts/install-deps.sh).
@@ -115,6 +117,17 @@ check-config: build
 .PHONY: check-systemd
 check-systemd: build
 	bash scripts/check-systemd.sh bin/kineticd
+
+# The container image (deploy/container/Containerfile) in local buildah
+# storage as localhost/kineticd:latest; base images are made from Debian
+# packages once (no image registry is reachable here). make check-image also
+# runs kineticd --version and --check-config inside it and checks its user.
+.PHONY: image check-image
+image:
+	bash deploy/container/build.sh
+
+check-image:
+	bash scripts/check-image.sh
 
 fmt:
 	$(GO) fmt ./...
