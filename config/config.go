@@ -156,6 +156,12 @@ type HA struct {
 	ReplicaHealthIntervalMS int `toml:"replica_health_interval_ms"`
 	ReplicaHealthTimeoutMS  int `toml:"replica_health_timeout_ms"`
 	VerdictTTLMS            int `toml:"verdict_ttl_ms"`
+	// FollowFailover elects the route's primary among its configured
+	// servers (SPEC §7): the one not in recovery, of the route's system,
+	// on the highest timeline. false keeps fixed roles: a configured
+	// replica that is promoted is a split brain, writes stay on the
+	// configured primary.
+	FollowFailover bool `toml:"follow_failover"`
 }
 
 // Pool sizes the server connection pools of a route. AcquireTimeoutMS is a

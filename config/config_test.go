@@ -88,7 +88,7 @@ func TestDefaultsMatchSpec(t *testing.T) {
 			MaxReplicaLagMS:         2500,
 			ReadAfterWriteTimeoutMS: 750,
 		},
-		HA:   HA{ReplicaHealthIntervalMS: 2000, ReplicaHealthTimeoutMS: 750},
+		HA:   HA{ReplicaHealthIntervalMS: 2000, ReplicaHealthTimeoutMS: 750, FollowFailover: true},
 		Pool: Pool{Size: 20, AcquireTimeoutMS: 10000},
 	}
 	if got := DefaultRoute(); !reflect.DeepEqual(got, wantRoute) {

@@ -30,6 +30,7 @@ const (
 	DefaultReplicaHealthIntervalMS    = 2000
 	DefaultReplicaHealthTimeoutMS     = 750
 	DefaultVerdictTTLMS               = 0
+	DefaultFollowFailover             = true
 	DefaultPoolSize                   = 20
 	DefaultAcquireTimeoutMS           = 10000
 	DefaultReplicaWeight              = 1
@@ -109,6 +110,7 @@ func DefaultRoute() Route {
 			ReplicaHealthIntervalMS: DefaultReplicaHealthIntervalMS,
 			ReplicaHealthTimeoutMS:  DefaultReplicaHealthTimeoutMS,
 			VerdictTTLMS:            DefaultVerdictTTLMS,
+			FollowFailover:          DefaultFollowFailover,
 		},
 		Pool: Pool{Size: DefaultPoolSize, AcquireTimeoutMS: DefaultAcquireTimeoutMS},
 	}

@@ -89,6 +89,11 @@ type Options struct {
 	// lag is then measured against the elected primary, and a server not
 	// in recovery that is not the elected primary is a split brain.
 	FollowFailover bool
+	// Elections seeds each route's election (by route name), for a Checker
+	// that replaces another (a reload): the elected primary stays elected
+	// until a verdict says otherwise, and the highest timeline elected
+	// never goes down (see Elect).
+	Elections map[string]Election
 
 	// after is a testing knob replacing time.After for the waits between
 	// probes, so that tests drive time instead of sleeping.
@@ -107,7 +112,8 @@ type Checker struct {
 	after      func(time.Duration) <-chan time.Time
 	log        *zap.Logger
 	onDown     func(addr string)
-	follow     bool // Options.FollowFailover
+	follow     bool                // Options.FollowFailover
+	seed       map[string]Election // Options.Elections
 
 	ctx    context.Context // parent of every loop; cancelled by Close
 	cancel context.CancelFunc
@@ -171,6 +177,7 @@ func NewChecker(opts Options) *Checker {
 		log:        opts.Logger,
 		onDown:     opts.Unreachable,
 		follow:     opts.FollowFailover,
+		seed:       opts.Elections,
 		loops:      make(map[string]*loop),
 		verdicts:   make(map[string]Verdict),
 		routes:     make(map[string]*routeState),
@@ -533,7 +540,10 @@ func (c *Checker) setRoutesLocked(wanted map[string]Target) bool {
 		if rs := c.routes[route]; rs != nil && rs.configured == primary {
 			continue
 		}
-		rs := &routeState{primary: primary, configured: primary}
+		rs := &routeState{primary: primary, configured: primary, election: c.seed[route]}
+		if p := rs.election.Primary; c.follow && p != "" {
+			rs.primary = p
+		}
 		if v, ok := c.verdicts[primary]; ok && primary != "" {
 			c.observePrimaryLocked(rs, v, c.clock())
 		}
@@ -663,10 +673,8 @@ func (c *Checker) publishLocked() {
 	snap := newSnapshot(vs)
 	if c.follow {
 		snap.elections = make(map[string]Election, len(c.routes))
-		for _, v := range vs {
-			if rs := c.routes[v.Route]; rs != nil {
-				snap.elections[v.Route] = rs.election
-			}
+		for route, rs := range c.routes {
+			snap.elections[route] = rs.election
 		}
 	}
 	old := c.snap.Swap(snap)
@@ -743,4 +751,20 @@ func (c *Checker) describeChange(prev Verdict, had bool, v Verdict) func() {
 			line()
 		}
 	}
+}
+
+// Elections returns the current election of every route the Checker
+// follows (FollowFailover), to seed a Checker that replaces it; nil
+// otherwise.
+func (c *Checker) Elections() map[string]Election {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.follow {
+		return nil
+	}
+	out := make(map[string]Election, len(c.routes))
+	for route, rs := range c.routes {
+		out[route] = rs.election
+	}
+	return out
 }

@@ -204,7 +204,9 @@ func (s *Snapshot) Primary() (Verdict, bool) {
 
 // Election returns the route's election as of this snapshot
 // (follow_failover; see Elect), and false when the Checker does not
-// follow failovers or has no verdict of the route yet.
+// follow failovers or does not probe the route. Before the route's first
+// verdicts it is the seeded one (Options.Elections), or the zero
+// Election.
 func (s *Snapshot) Election(route string) (Election, bool) {
 	if s == nil {
 		return Election{}, false

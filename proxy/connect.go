@@ -39,7 +39,19 @@ func (ss *session) connect() error {
 	_, repl := ss.startupParams["replication"]
 	ss.txPool = ss.cfg.Server.PoolMode == config.PoolModeTransaction && !repl
 	d := decideSessionServer(route)
-	srv, p, err := ss.acquire(d.addr)
+	var (
+		srv *pool.Conn
+		p   *pool.Pool
+		err error
+	)
+	if addr, why := ss.primaryAddr(); addr == "" {
+		// follow_failover and no primary elected: as if it were down.
+		err = &clientError{severity: "FATAL", code: codeConnectionFailure,
+			message: "pg-kinetic: the primary of route " + quoteIdent(route.Name) + " is unavailable", detail: why}
+	} else {
+		d.addr = addr
+		srv, p, err = ss.acquire(d.addr)
+	}
 	viaReplica := false
 	if err != nil && ss.admitsWithoutPrimary(err) {
 		// The primary is down, and reads need none (issue 14: reads stay
@@ -208,13 +220,18 @@ func (ss *session) acquire(addr string) (*pool.Conn, *pool.Pool, error) {
 // PAUSE, promote, repoint, RELOAD, RESUME) moves the session's next
 // primary connection there. The rest of the session's config stays the
 // snapshot it started with.
-func (ss *session) primaryAddr() string {
-	if ss.srv != nil {
-		if rt, ok := ss.srv.opts.Config.Load().RouteByName(ss.route.Name); ok && rt.Database == ss.route.Database {
-			return rt.Primary.Address
-		}
+//
+// With follow_failover it is the route's elected primary (failover.go:
+// primaryOf), or "" and why there is none.
+func (ss *session) primaryAddr() (addr, why string) {
+	rt := ss.route
+	if ss.srv == nil {
+		return rt.Primary.Address, ""
 	}
-	return ss.route.Primary.Address
+	if cur, ok := ss.srv.opts.Config.Load().RouteByName(ss.route.Name); ok && cur.Database == ss.route.Database {
+		rt = cur
+	}
+	return primaryOf(rt, ss.srv.snapshotOf(rt.Name))
 }
 
 // admitsWithoutPrimary reports whether a session whose primary refused
@@ -328,13 +345,36 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // session: settings and prepared statements are replayed on first use like
 // on any server. Failing, it returns an error for the unit, not the session.
 func (ss *session) primaryLink() (*link, error) {
-	addr := ss.primaryAddr()
+	addr, why := ss.primaryAddr()
 	ss.mu.Lock()
 	l := ss.primary
-	// A reload repointed the route (a switchover) while the session holds
-	// its old primary's connection: with nothing running there and no
-	// state of the session's own on it (not pinned), it moves.
-	moved := l != nil && !l.released && !l.dead && l.addr != addr && ss.idleLocked() && ss.pinned == ""
+	// A reload repointed the route (a switchover), or a failover elected
+	// another primary, while the session holds its old primary's
+	// connection: with nothing running there and no state of the
+	// session's own on it (not pinned), it moves.
+	live := l != nil && !l.released && !l.dead
+	moved := live && l.addr != addr && ss.idleLocked() && ss.pinned == ""
+	if live && l.addr != addr && !moved {
+		// Its transaction, or the state it is pinned by, is on a server
+		// that is no longer the primary: no write may go there (SPEC §7;
+		// the seeds: "primary changes during transaction: fail the
+		// pinned transaction").
+		pinned := ss.pinned
+		ss.mu.Unlock()
+		now := addr
+		if now == "" {
+			now = "none (" + why + ")"
+		}
+		detail := "the session's transaction was on server " + l.addr + "; the primary is now " + now
+		if pinned != "" {
+			detail = "the session is pinned (" + pinned + ") to server " + l.addr + "; the primary is now " + now
+		}
+		ss.log.Warn("the route's primary changed under a session's transaction or pinned state: ending the session",
+			zap.String("from", l.addr), zap.String("to", addr))
+		return nil, &clientError{severity: "FATAL", code: codeConnectionFailure,
+			message: "pg-kinetic: the primary of route " + quoteIdent(ss.route.Name) + " changed during the session's transaction",
+			detail:  detail}
+	}
 	if !moved && l.claimLocked() {
 		ss.mu.Unlock()
 		return l, nil
@@ -346,7 +386,16 @@ func (ss *session) primaryLink() (*link, error) {
 	if moved {
 		ss.log.Info("the route's primary moved: reconnecting", zap.String("from", l.addr), zap.String("to", addr))
 	}
-	c, p, err := ss.acquire(addr)
+	var (
+		c   *pool.Conn
+		p   *pool.Pool
+		err error
+	)
+	if addr == "" {
+		err = &clientError{severity: "ERROR", code: codeConnectionFailure, detail: why}
+	} else {
+		c, p, err = ss.acquire(addr)
+	}
 	if err != nil {
 		// The session survives (its reads go on); this unit fails.
 		var ce *clientError

@@ -175,14 +175,18 @@ func (c consoleSource) Servers() []admin.ServerRow {
 					if v.ReplayLSN != 0 {
 						row.ReplayLSN = freshness.LSN(v.ReplayLSN).String()
 					}
-					if role == "standby" {
+					// Lag and health by what the server is now: with
+					// follow_failover a configured replica may be the
+					// elected primary, and the configured primary a
+					// standby.
+					if !v.Elected {
 						row.LagBytes, row.LagMS = v.LagBytes, v.LagMS
 					} else {
 						row.LagBytes, row.LagMS = 0, 0
 					}
 					row.ProbeAgeMS = now.Sub(v.ProbedAt).Milliseconds()
-					row.SplitBrain = v.RoleMismatch() || v.IdentityMismatch
-					if role == "standby" {
+					row.SplitBrain = v.SplitBrain || v.IdentityMismatch
+					if !v.Elected {
 						// Healthy: it could serve a read inside the route's
 						// lag budget now (no session floor).
 						row.Healthy, _ = freshness.Eligible(v, true, freshness.Requirement{VerdictTTL: rt.HA.VerdictTTL(),

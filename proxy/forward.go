@@ -947,7 +947,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 	var d decision
 	var l *link
 	tried := map[string]bool{}
-	ff := fallbackFacts{fallback: fallback, needsFloor: ss.needsFloor(u), primaryInRecovery: primaryV.RoleMismatch()}
+	ff := fallbackFacts{fallback: fallback, needsFloor: ss.needsFloor(u), primaryInRecovery: primaryV.SplitBrain}
 	for {
 		ff.hurried = false
 		var retryable, killed bool
@@ -966,6 +966,9 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		if d.target == targetPrimary {
 			var err error
 			if l, err = ss.primaryLink(); err != nil {
+				if ce, ok := err.(*clientError); ok && ce.severity == "FATAL" {
+					return nil, ce // the session ends (a primary change under its transaction)
+				}
 				return nil, ss.failUnit(errorResponse(err), open)
 			}
 		} else {
@@ -1389,7 +1392,7 @@ func (ss *session) unitFacts(u unitInfo) (unitFacts, health.Verdict) {
 	}
 	var primaryV health.Verdict
 	primaryV, _ = ss.srv.primaryVerdict(ss.route)
-	f.primaryTimeline, f.primaryInRecovery = primaryV.Timeline, primaryV.RoleMismatch()
+	f.primaryTimeline, f.primaryInRecovery = primaryV.Timeline, primaryV.SplitBrain
 	f.stage, f.rolledBack = ss.srv.rollout.get(ss.route.Name)
 	f.staysPut = (u.read || u.txStart) && ss.staysPut(u)
 	sticky := ss.route.Freshness.StickyPrimaryWindow()

@@ -74,6 +74,16 @@ func (ss *session) runtime() *routeRuntime {
 	return ss.srv.routing.Load().route(ss.route.Name)
 }
 
+// elections is the election state of rt's checker, to seed the checker
+// that replaces it (nil when there is none).
+func (rt *routeRuntime) elections() map[string]health.Election {
+	c := rt.checkerOf()
+	if c == nil {
+		return nil
+	}
+	return c.Elections()
+}
+
 // checkerOf is rt's health checker, nil if rt is nil or routes no reads.
 func (rt *routeRuntime) checkerOf() *health.Checker {
 	if rt == nil {
@@ -102,7 +112,9 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string), p
 			WriteFunctions:    rt.ReadRouting.WriteFunctions,
 			ReadOnlyFunctions: rt.ReadRouting.ReadOnlyFunctions,
 		})
-		if len(rt.Replicas) == 0 || rt.ReadRouting.ReadRoutingMode == config.RoutingOff || len(cfg.Users) == 0 {
+		// Probes run for a route with replicas that routes reads or
+		// follows failovers (its election needs them).
+		if len(rt.Replicas) == 0 || (rt.ReadRouting.ReadRoutingMode == config.RoutingOff && !rt.HA.FollowFailover) || len(cfg.Users) == 0 {
 			continue
 		}
 		// Probes log in with the first [[users]] entry's backend
@@ -121,19 +133,29 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string), p
 			Prober:      prober,
 			Logger:      log,
 			Unreachable: onDown,
+			// The election's highest timeline carries over a reload: an
+			// old primary restarted without a rewind stays a split brain.
+			FollowFailover: rt.HA.FollowFailover,
+			Elections:      prev.route(rt.Name).elections(),
 		})
 		r.probers = append(r.probers, prober)
 		positions := health.NewPGProber(user, pass, rt.BackendDB(), cfg.Server.BackendTLSMode).Named("pg-kinetic position")
 		r.probers = append(r.probers, positions)
-		primary, timeout := rt.Primary.Address, rt.HA.HealthTimeout()
+		route, timeout := rt, rt.HA.HealthTimeout()
+		checker := run.checker
 		run.reader = freshness.NewReader(readersCtx, func(ctx context.Context) (freshness.Token, error) {
+			// The elected primary's position (failover.go): read where
+			// the writes go now.
+			primary, why := primaryOf(route, checker.Snapshot())
+			if primary == "" {
+				return freshness.Token{}, errors.New(why)
+			}
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			lsn, tli, err := positions.Position(ctx, primary)
 			return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, err
 		})
-		checker := run.checker
-		for _, rep := range rt.Replicas {
+		for _, rep := range routeServers(rt) { // the configured primary too: it may be demoted
 			addr := rep.Address
 			run.replays[addr] = freshness.NewReader(readersCtx, func(ctx context.Context) (freshness.Token, error) {
 				ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -243,8 +265,9 @@ func (s *Server) candidatesFrom(rt *config.Route, snap *health.Snapshot, req fre
 	if req.VerdictTTL == 0 {
 		req.VerdictTTL = rt.HA.VerdictTTL()
 	}
-	out := make([]candidate, 0, len(rt.Replicas))
-	for _, rep := range rt.Replicas {
+	servers := readServers(rt, snap)
+	out := make([]candidate, 0, len(servers))
+	for _, rep := range servers {
 		c := candidate{addr: rep.Address, weight: rep.Weight, lagMS: -1}
 		var v health.Verdict
 		have := false

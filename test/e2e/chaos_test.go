@@ -744,8 +744,8 @@ func TestChaosPrimaryKilled(t *testing.T) {
 	})
 }
 
-// TestChaosPromotedBehindOurBack: a configured replica promoted without
-// telling kineticd is excluded as a split brain once the probes see it:
+// TestChaosPromotedBehindOurBack: with fixed roles (follow_failover =
+// false), a configured replica promoted without telling kineticd is excluded as a split brain once the probes see it:
 // reads never run there (last_route says split_brain, or another server
 // answers), writes keep going to the configured primary.
 func TestChaosPromotedBehindOurBack(t *testing.T) {
@@ -755,7 +755,10 @@ func TestChaosPromotedBehindOurBack(t *testing.T) {
 	primary, promoted, other := cl.Primary, cl.Standbys[0], cl.Standbys[1]
 	// other first: when no replica qualifies, last_route names the reason
 	// of the last one in config order, the promoted server's.
-	dsn := chaosProxy(t, cl, kinetictest.Params{Primary: primary.Addr(), Replicas: addrs(other, promoted)}, "")
+	// Fixed roles: this is what follow_failover = false keeps (the
+	// default follows the promotion: TestFailoverDrill).
+	dsn := chaosProxy(t, cl, kinetictest.Params{Primary: primary.Addr(), Replicas: addrs(other, promoted),
+		HAExtra: "follow_failover = false"}, "")
 	awaitReplicaRead(t, dsn, pgtest.Ports(other, promoted))
 	c := connect(t, ctx, dsn)
 

@@ -49,6 +49,8 @@ type Params struct {
 	FallbackPolicy  string // default primary
 	// ReadRoutingExtra is appended inside [routes.read_routing].
 	ReadRoutingExtra string
+	// HAExtra is appended inside [routes.ha] (e.g. follow_failover = false).
+	HAExtra string
 	// Extra is appended verbatim (more [[users]], [[routes]]...).
 	Extra string
 	// RolloutShared leaves [rollout] shared at the product default (true).
@@ -106,6 +108,7 @@ fallback_policy = "{{.FallbackPolicy}}"
 # 150 ms timed probes out and took the replicas out of rotation.
 replica_health_interval_ms = 200
 replica_health_timeout_ms = 200
+{{.HAExtra}}
 [routes.pool]
 size = {{.PoolSize}}
 acquire_timeout_ms = {{.AcquireTimeout}}

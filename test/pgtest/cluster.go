@@ -191,7 +191,8 @@ func serverConf(socketDir string) string {
 listen_addresses = '127.0.0.1'
 unix_socket_directories = %s
 fsync = off
-full_page_writes = off
+# pg_rewind needs full_page_writes (Cluster.Rejoin).
+full_page_writes = on
 synchronous_commit = on
 wal_level = replica
 max_wal_senders = 10
@@ -199,6 +200,8 @@ hot_standby = on
 max_connections = 300
 shared_buffers = 32MB
 wal_keep_size = 256MB
+# pg_rewind needs it: an old primary rejoins as a standby (Cluster.Rejoin).
+wal_log_hints = on
 password_encryption = 'scram-sha-256'
 logging_collector = off
 # A standby whose primary restarts reconnects within this, not the default 5s.
@@ -325,6 +328,49 @@ func (c *Cluster) Promote(ctx context.Context, s *Server) error {
 			}
 		}
 	}
+	return nil
+}
+
+// Rejoin makes old, a former primary of this cluster left out by Promote,
+// a standby of the current primary: it stops old cleanly (starting it
+// first if it is down, so that a crash is recovered), rewinds it with
+// pg_rewind onto the primary's timeline, and starts it streaming from the
+// primary. Afterwards c.Standbys holds it.
+func (c *Cluster) Rejoin(ctx context.Context, old *Server) error {
+	if old == c.Primary || slices.Contains(c.Standbys, old) {
+		return fmt.Errorf("pgtest: rejoin %s: it is in the cluster already", old.Name)
+	}
+	if !old.Running() {
+		// pg_rewind wants a cleanly shut down target.
+		if err := old.Start(ctx); err != nil {
+			return err
+		}
+	}
+	if err := old.Stop(ctx); err != nil {
+		return err
+	}
+	src := fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=postgres", c.Primary.Port, SuperUser)
+	// A promoted server's control file names its new timeline only after
+	// a checkpoint; pg_rewind reads it there.
+	if err := c.Primary.Exec(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("pgtest: rewind %s: %w", old.Name, err)
+	}
+	if err := c.run.run(ctx, c.Dir, "pg_rewind", "--target-pgdata", old.DataDir, "--source-server", src, "--no-sync"); err != nil {
+		return fmt.Errorf("pgtest: rewind %s: %w", old.Name, err)
+	}
+	if err := os.WriteFile(filepath.Join(old.DataDir, "standby.signal"), nil, 0o600); err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	if err := c.run.chown(filepath.Join(old.DataDir, "standby.signal")); err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	if err := c.startFresh(ctx, old, [][2]string{{"primary_conninfo", c.Primary.conninfo(old.Name)}}); err != nil {
+		return err
+	}
+	if err := waitStreaming(ctx, old); err != nil {
+		return err
+	}
+	c.Standbys = append(slices.Clone(c.Standbys), old)
 	return nil
 }
 
