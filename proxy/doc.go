@@ -26,6 +26,8 @@
 //	rollout_shared.go the state shared by every kineticd of a route: the conflict rule by version (pure: planSync)
 //	rollout_sync.go  one syncer per route: LISTEN/poll the primary's pgkinetic.rollout_state, compare-and-set writes
 //	monitor.go       health-derived metrics and auto_rollback
+//	series.go        each route's labelled metric series, declared at 0 (start-up, reload)
+//	ready.go         readiness for /readyz, from the health verdicts
 //	console.go       the admin console (database pgkinetic)
 //	pause.go         PAUSE/RESUME: units of a route held at the next idle point
 //	cancel.go        BackendKeyData issued by the proxy, CancelRequest relay
