@@ -3,10 +3,14 @@ package proxy
 import (
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/pg-kinetic/pg-kinetic/admin"
 	"github.com/pg-kinetic/pg-kinetic/config"
 )
 
@@ -199,3 +203,70 @@ func TestRolloutStateFileCompatible(t *testing.T) {
 		t.Fatal("a negative stage in the state file was accepted")
 	}
 }
+
+// TestRolloutSyncerOwned: with the route's primary unreachable the syncer
+// says so, a local ROLLBACK applies at once and stays pending, a reload
+// with shared = false stops the syncer, and Close leaves no goroutine.
+func TestRolloutSyncerOwned(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	cfg, err := config.Parse("test.toml", []byte(`
+[metrics]
+listen = ""
+[[users]]
+name = "app"
+password = "app-secret"
+[[routes]]
+name = "main"
+database = "app"
+[routes.primary]
+address = "127.0.0.1:1"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs swapConfig
+	cs.p.Store(cfg)
+	s, err := New(Options{Config: &cs, connectTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := consoleSource{s: s}
+	rolloutRow := func() admin.RolloutRow {
+		rows := src.Rollout()
+		if len(rows) != 1 || rows[0].Route != "main" {
+			t.Fatalf("SHOW ROLLOUT = %+v, want one row for main", rows)
+		}
+		return rows[0]
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for rolloutRow().Sync != "primary unreachable" {
+		if time.Now().After(deadline) {
+			t.Fatalf("sync status %q, want primary unreachable", rolloutRow().Sync)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := src.RoutingRollback(); err != nil {
+		t.Fatal(err)
+	}
+	if r := rolloutRow(); !r.RolledBack || !r.Shared || r.Pending != "stage=0 rolled_back=true base_version=0" {
+		t.Fatalf("after ROLLBACK with the primary down: %+v", r)
+	}
+	// shared = false: the syncer stops; the process-wide state (rolled
+	// back) stays in force.
+	off := *cfg
+	off.Rollout.Shared = false
+	cs.p.Store(&off)
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if r := rolloutRow(); !r.RolledBack || r.Shared || r.Sync != "" {
+		t.Fatalf("after a reload with shared = false: %+v", r)
+	}
+	s.Close()
+	goleak.VerifyNone(t, ignore)
+}
+
+// swapConfig is a ConfigSource a test swaps (as a reload does).
+type swapConfig struct{ p atomic.Pointer[config.Config] }
+
+func (c *swapConfig) Load() *config.Config { return c.p.Load() }
