@@ -129,7 +129,8 @@ func awaitState(t *testing.T, ctx context.Context, ins []*instance, stage int, r
 // A second route, priv, is on a database whose owner is not kineticd's
 // role: kineticd may not create the table there and says so (SHOW
 // ROLLOUT's sync column); once deploy/sql/pg_kinetic_rollout.sql has run,
-// priv is shared like main.
+// priv is shared like main. Last, a fourth instance's auto_rollback
+// reaches the three.
 func TestRolloutSharedAcrossInstances(t *testing.T) {
 	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
 	ctx := ctxT(t, 180*time.Second)
@@ -314,5 +315,27 @@ func TestRolloutSharedAcrossInstances(t *testing.T) {
 	}
 	if rbText != "true" || stageText != privRow.stage || versionText != privRow.version || privRow.rolledBack != "t" {
 		t.Errorf("priv: row stage %s rolled_back %s version %s, instances %+v; want the same, rolled back", stageText, rbText, versionText, privRow)
+	}
+
+	// auto_rollback on one instance reaches the others: re-enable stage 1,
+	// then start a fourth kineticd, d, with auto_rollback after 1 s and a
+	// replica that never answers (every replica ineligible from the start).
+	if _, err := a.exec(ctx, "ROUTING STAGE 1"); err != nil {
+		t.Fatal(err)
+	}
+	awaitState(t, ctx, ins, 1, false, time.Now(), 2*time.Second)
+	d := kinetictest.StartProcess(t, cl, kinetictest.Params{
+		Replicas: []string{kinetictest.FreeAddr(t)}, ReadRoutingMode: "prefer_replica", LogLevel: "info",
+		Extra:         classesTOML(filepath.Join(dir, "d.json")) + "auto_rollback = true\nlag_slo_window_ms = 1000\n" + privRoute,
+		RolloutShared: true,
+	})
+	start = time.Now()
+	// (A guard, not a timing assertion: the 1 s window, the monitor's 1 s
+	// tick, then the 2 s contract.)
+	took := awaitState(t, ctx, ins, 1, true, start, 15*time.Second)
+	t.Logf("d's auto_rollback seen by a/b/c %v / %v / %v after d started", took[0].Round(time.Millisecond),
+		took[1].Round(time.Millisecond), took[2].Round(time.Millisecond))
+	if !strings.Contains(d.Logs(), "AUTO ROLLBACK") {
+		t.Errorf("d did not log its AUTO ROLLBACK:\n%s", d.Logs())
 	}
 }
