@@ -16,6 +16,8 @@
 #   make build         bin/kineticd
 #   make check-config  validate deploy/kineticd.example.toml
 #   make check-systemd systemd-analyze verify deploy/systemd/kineticd.service
+#   make deb           the Debian package bin/kineticd_<version>_<arch>.deb (nfpm)
+#   make check-deb     build it, dpkg -i it, use it, purge it (as root)
 #   make image         the container image (deploy/container), with buildah
 #   make check-image   build it, run kineticd --version/--check-config inside
 #
@@ -117,6 +119,25 @@ check-config: build
 .PHONY: check-systemd
 check-systemd: build
 	bash scripts/check-systemd.sh bin/kineticd
+
+# The Debian package (deploy/nfpm.yaml), built with nfpm as a Go tool.
+# DEB_VERSION is VERSION as a Debian version (scripts/deb-version.sh: a
+# commit with no tag gives 0.0.0~git<commits>.<hash>). make check-deb
+# installs it, runs it, removes and purges it, and leaves the machine as it
+# was, also when it fails (scripts/check-deb.sh; root).
+NFPM = $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+DEB_VERSION ?= $(shell bash scripts/deb-version.sh '$(VERSION)')
+DEB_ARCH ?= $(shell $(GO) env GOARCH)
+DEB = bin/kineticd_$(DEB_VERSION)_$(DEB_ARCH).deb
+.PHONY: deb check-deb
+deb: build
+	@test -n "$(DEB_VERSION)" || { echo "make deb: no Debian version for VERSION=$(VERSION)"; exit 1; }
+	rm -f bin/kineticd_*.deb
+	KINETICD_DEB_VERSION='$(DEB_VERSION)' KINETICD_DEB_ARCH='$(DEB_ARCH)' \
+		$(NFPM) package --config deploy/nfpm.yaml --packager deb --target $(DEB)
+
+check-deb: deb
+	bash scripts/check-deb.sh $(DEB) '$(VERSION)'
 
 # The container image (deploy/container/Containerfile) in local buildah
 # storage as localhost/kineticd:latest; base images are made from Debian
