@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -319,7 +320,8 @@ func checkStartupSeries(t *testing.T, mfs map[string]*dto.MetricFamily, cfg *con
 // server down) exports every series deploy/alerts.yml and
 // deploy/grafana/kineticd.json select, at 0, for each route, reason and
 // server; and again for a route a reload adds. Its /readyz is 503 and
-// says why per route.
+// says why per route, and says the listener is not accepting once the
+// server drains.
 func TestSeriesExistAtStartup(t *testing.T) {
 	uses := admin.ShippedSeriesUses(t)
 	if len(uses) < 10 {
@@ -350,9 +352,12 @@ func TestSeriesExistAtStartup(t *testing.T) {
 		t.Fatal(err)
 	}
 	hs := admin.Serve(mln, srv.Metrics(), srv)
+	shut := false
 	defer func() {
 		hs.Close()
-		srv.Close()
+		if !shut {
+			srv.Close()
+		}
 		if err := <-served; err != nil && !errors.Is(err, proxy.ErrServerClosed) {
 			t.Errorf("Serve: %v", err)
 		}
@@ -406,5 +411,20 @@ func TestSeriesExistAtStartup(t *testing.T) {
 	checkStartupSeries(t, mfs, cfg, uses)
 	if !hasSeries(mfs[admin.MetricRouteDecisions], map[string]string{"route": "extra", "query_class": "reporting_aggregate", "target": "rejected", "reason": "lag_unknown"}) {
 		t.Error("route extra's reporting_aggregate rejected/lag_unknown decisions missing after the reload")
+	}
+
+	// Draining: the listener no longer accepts, and /readyz says so.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	shut = true
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	code, body = httpGet(t, "http://"+maddr+"/readyz")
+	if err := json.Unmarshal(body, &rd); err != nil {
+		t.Fatalf("/readyz body %s: %v", body, err)
+	}
+	if code != http.StatusServiceUnavailable || rd.Listener != "not_accepting" {
+		t.Errorf("/readyz after Shutdown = %d %s, want 503 with the listener not_accepting", code, body)
 	}
 }
