@@ -23,8 +23,9 @@ import (
 // health probes: the first [[users]] entry's backend credentials, the
 // route's backend database) that LISTENs on pg_kinetic_rollout, reads the
 // row when notified, every rolloutPoll otherwise, and at once after a
-// local change (kick). The connection goes to the primary address of the
-// config in force and moves when a reload repoints the route. The
+// local change (kick). The connection goes to the route's primary as
+// writes do (the elected one with follow_failover, else the configured
+// one of the config in force) and moves when that changes. The
 // goroutines are owned by rolloutSyncers; Server.Close and Shutdown stop
 // them and wait.
 
@@ -190,15 +191,20 @@ func (sy *rolloutSyncer) setStatus(status string, err error) {
 		zap.String("status", status), zap.Error(err))
 }
 
-// target is the connection config of the route's primary in the config in
-// force and its address, ok false when the route is gone.
+// target is the connection config of the route's primary and its address:
+// the elected primary with follow_failover (primaryOf, failover.go), else
+// the configured one, of the config in force.
 func (sy *rolloutSyncer) target() (*pgconn.Config, string, error) {
 	cfg := sy.owner.srv.opts.Config.Load()
 	rt, ok := cfg.RouteByName(sy.route)
 	if !ok || len(cfg.Users) == 0 {
 		return nil, "", errors.New("route not in the config in force")
 	}
-	host, port, err := net.SplitHostPort(rt.Primary.Address)
+	primary, why := primaryOf(rt, sy.owner.srv.snapshotOf(sy.route))
+	if primary == "" {
+		return nil, "", errors.New(why)
+	}
+	host, port, err := net.SplitHostPort(primary)
 	if err != nil {
 		return nil, "", err
 	}
@@ -214,7 +220,7 @@ func (sy *rolloutSyncer) target() (*pgconn.Config, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	return pc, rt.Primary.Address, nil
+	return pc, primary, nil
 }
 
 func (sy *rolloutSyncer) run(ctx context.Context) {
@@ -233,7 +239,7 @@ func (sy *rolloutSyncer) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		pc, want, err := sy.target()
 		if err != nil {
-			sy.setStatus("no target", err)
+			sy.setStatus("no primary", err)
 			sy.waitFor(ctx, rolloutPoll)
 			continue
 		}
