@@ -63,7 +63,9 @@ CREATE TABLE IF NOT EXISTS pgkinetic.rollout_state (
 )`
 )
 
-// rolloutSyncers owns the syncer goroutines, one per shared route.
+// rolloutSyncers owns the syncer goroutines, one per shared route. Lock
+// order: rolloutSyncers.mu, then rolloutSyncer.mu; neither is held across
+// I/O, nor together with rollout.mu.
 type rolloutSyncers struct {
 	srv *Server
 	wg  sync.WaitGroup
