@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -257,10 +258,20 @@ func (sy *rolloutSyncer) run(ctx context.Context) {
 			}
 			if err != nil {
 				drop()
-				if ctx.Err() == nil {
+				retry := rolloutPoll
+				var pe *pgconn.PgError
+				switch {
+				case ctx.Err() != nil:
+				case errors.As(err, &pe) && !strings.HasPrefix(pe.Code, "57"):
+					// Refused (a password, a database): not
+					// retried every second. 57: starting up,
+					// shutting down.
+					sy.setStatus("refused "+pe.Code, err)
+					retry = rolloutRefused
+				default:
 					sy.setStatus("primary unreachable", err)
 				}
-				sy.waitFor(ctx, rolloutPoll)
+				sy.waitFor(ctx, retry)
 				continue
 			}
 			addr = want
@@ -272,14 +283,16 @@ func (sy *rolloutSyncer) run(ctx context.Context) {
 			var pe *pgconn.PgError
 			retry := rolloutRefused
 			switch {
-			case errors.As(err, &pe) && pe.Code == "42501":
-				sy.setStatus("insufficient privilege: run deploy/sql/pg_kinetic_rollout.sql", err)
-			case errors.As(err, &pe):
-				sy.setStatus("error "+pe.Code, err)
-			default:
+			case conn.IsClosed() || !errors.As(err, &pe):
+				// The connection is gone (a FATAL such as 57P01,
+				// a network error, a query timeout): reconnect.
 				sy.setStatus("primary unreachable", err)
 				drop()
 				retry = rolloutPoll
+			case pe.Code == "42501":
+				sy.setStatus("insufficient privilege: run deploy/sql/pg_kinetic_rollout.sql", err)
+			default:
+				sy.setStatus("error "+pe.Code, err)
 			}
 			sy.waitFor(ctx, retry)
 			continue
