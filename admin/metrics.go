@@ -32,6 +32,7 @@ const (
 	MetricPoolConnections   = "kinetic_pool_connections"
 	MetricQueryDuration     = "kinetic_query_duration_seconds"
 	MetricReadRetries       = "kinetic_read_retries_total"
+	MetricLostWrites        = "kinetic_lost_writes_total"
 )
 
 // DefaultQueryClass is the query_class label of a read that declared no
@@ -60,6 +61,7 @@ type Metrics struct {
 	fallbacks     *prometheus.CounterVec
 	rejected      *prometheus.CounterVec
 	retries       *prometheus.CounterVec
+	lostWrites    *prometheus.CounterVec
 	readWait      prometheus.Histogram
 	queryDuration *prometheus.HistogramVec
 	allStale      *prometheus.GaugeVec
@@ -104,6 +106,10 @@ func NewMetrics() *Metrics {
 			Name: MetricReadRetries,
 			Help: "Autocommit reads run again elsewhere because their replica failed before the first byte of the answer, by cause (connection_lost, or unreachable: a probe found the replica unreachable while the read waited).",
 		}, []string{"route", "server", "cause"}),
+		lostWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricLostWrites,
+			Help: "Sessions told KN002: their last write's token lay beyond the switch point of its timeline, so a failover lost it (SPEC §7).",
+		}, []string{"route"}),
 		readWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    MetricReadWait,
 			Help:    "Time reads waited for a replica to catch up (fallback_policy wait, read-your-writes).",
@@ -127,7 +133,7 @@ func NewMetrics() *Metrics {
 		m.durationCache.get(target, func() prometheus.Observer { return m.queryDuration.WithLabelValues(target) })
 	}
 	m.reg.MustRegister(
-		m.decisions, m.fallbacks, m.rejected, m.retries, m.readWait, m.queryDuration, m.allStale,
+		m.decisions, m.fallbacks, m.rejected, m.retries, m.lostWrites, m.readWait, m.queryDuration, m.allStale,
 		m.clients, m.servers,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -290,7 +296,12 @@ func (m *Metrics) DeclareRoute(rs RouteSeries) {
 		}
 	}
 	m.allStale.WithLabelValues(r) // created at 0 when absent, unchanged otherwise
+	m.lostWrites.WithLabelValues(r)
 }
+
+// LostWrite counts a session of route told that a failover lost its last
+// write (KN002).
+func (m *Metrics) LostWrite(route string) { m.lostWrites.WithLabelValues(route).Inc() }
 
 // ForgetRoute drops the per-route gauges of a route that a reload removed.
 // Counters are kept: a counter that vanishes looks like a reset.

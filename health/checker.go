@@ -466,7 +466,7 @@ func (c *Checker) record(l *loop, at time.Time, probed Verdict, err error) {
 		v.ReplayPaused = probed.ReplayPaused
 		v.StartedAt = probed.StartedAt
 		if v.Detected == RolePrimary {
-			v.CurrentLSN = probed.CurrentLSN
+			v.CurrentLSN, v.History = probed.CurrentLSN, probed.History
 		} else {
 			v.ReceiveLSN, v.ReplayLSN = probed.ReceiveLSN, probed.ReplayLSN
 		}

@@ -80,8 +80,9 @@ type PGProber struct {
 
 	mu      sync.Mutex
 	closed  bool
-	idle    map[string]*pool.Conn   // addr -> open connection between probes
-	dialing map[string]*pendingDial // addr -> connection being made
+	idle    map[string]*pool.Conn    // addr -> open connection between probes
+	dialing map[string]*pendingDial  // addr -> connection being made
+	hist    map[string]cachedHistory // addr -> its timeline history (Probe)
 }
 
 // pendingDial is a connection being made in the background. When it ends
@@ -127,13 +128,65 @@ func (p *PGProber) Named(applicationName string) *PGProber {
 // recovery, its system identifier, timeline and WAL positions. It reuses the open connection to addr when there is
 // one; if that fails (say the server restarted since) it retries once on a
 // fresh connection, so one restart does not look like an outage.
+//
+// On a primary past timeline 1 the verdict also carries its timeline
+// history (Verdict.History), read once per server and timeline with
+// historySQL; a role that may not read it gets none, and tries again
+// after historyRetry.
 func (p *PGProber) Probe(ctx context.Context, addr string) (Verdict, error) {
 	var v Verdict
 	err := p.run(ctx, addr, func(conn *pool.Conn) (err error) {
 		v, err = query(ctx, conn)
+		if err == nil && v.Detected == RolePrimary && v.Timeline > 1 {
+			v.History = p.history(ctx, conn, addr, v.Timeline)
+		}
 		return err
 	})
 	return v, err
+}
+
+// historySQL reads timeline %d's history file. pg_read_file needs a
+// superuser, pg_read_server_files, or EXECUTE granted on
+// pg_read_file(text) (docs/operations.md, Failover: privileges).
+const historySQL = `select pg_read_file('pg_wal/' || lpad(upper(to_hex(%d)), 8, '0') || '.history')`
+
+// historyRetry is how long a failed history read is not tried again for
+// the same server and timeline (each failure is an ERROR in its log).
+const historyRetry = 30 * time.Second
+
+// cachedHistory is what the prober knows of one server's timeline
+// history.
+type cachedHistory struct {
+	timeline uint32
+	h        *TimelineHistory // nil: the read failed at failedAt
+	failedAt time.Time
+}
+
+// history returns the history of timeline tl of the primary at addr, from
+// the cache or read on conn; nil when it cannot be read. Its errors do not
+// fail the probe.
+func (p *PGProber) history(ctx context.Context, conn *pool.Conn, addr string, tl uint32) *TimelineHistory {
+	p.mu.Lock()
+	c, ok := p.hist[addr]
+	p.mu.Unlock()
+	if ok && c.timeline == tl && (c.h != nil || time.Since(c.failedAt) < historyRetry) {
+		return c.h
+	}
+	c = cachedHistory{timeline: tl}
+	rows, err := conn.Query(ctx, fmt.Sprintf(historySQL, tl))
+	if err == nil && len(rows) == 1 && len(rows[0]) == 1 {
+		c.h, err = ParseTimelineHistory(tl, string(rows[0][0]))
+	}
+	if c.h == nil {
+		c.failedAt = time.Now()
+	}
+	p.mu.Lock()
+	if p.hist == nil {
+		p.hist = map[string]cachedHistory{}
+	}
+	p.hist[addr] = c
+	p.mu.Unlock()
+	return c.h
 }
 
 // positionSQL reads a primary's WAL insert position in bytes (at or after

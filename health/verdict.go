@@ -96,6 +96,11 @@ type Verdict struct {
 	// come back behind what it served before (crash recovery stops at its
 	// minimum recovery point).
 	StartedAt time.Time
+	// History is a primary's timeline history: where each earlier
+	// timeline of its lineage was left (TimelineHistory.SwitchPoint). Nil
+	// on timeline 1, on a standby, or when the probe user may not read it
+	// (see PGProber.Probe); shared, never modified.
+	History *TimelineHistory
 	// LagBytes is how much WAL a standby has not replayed: the route
 	// primary's latest CurrentLSN minus ReplayLSN, at least 0. LagMS is how
 	// long ago the primary was last known to be at ReplayLSN, 0 when the

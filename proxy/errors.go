@@ -22,6 +22,9 @@ const (
 	codeTooManyConnections           = "53300"
 	codeAdminShutdown                = "57P01"
 	codeFeatureNotSupported          = "0A000"
+	// codeLostWrite: the session's token lies beyond its timeline's
+	// switch point: its last write was lost in a failover (SPEC §7).
+	codeLostWrite = "KN002"
 )
 
 // clientError is an error that is reported to the client as an

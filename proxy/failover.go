@@ -3,7 +3,10 @@ package proxy
 import (
 	"fmt"
 
+	"go.uber.org/zap"
+
 	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/freshness"
 	"github.com/pg-kinetic/pg-kinetic/health"
 )
 
@@ -87,4 +90,23 @@ func (s *Server) snapshotOf(name string) *health.Snapshot {
 		return c.Snapshot()
 	}
 	return nil
+}
+
+// lostWrite records that the session's token named a write a failover
+// lost (planUnit's KN002): the token, and a floor still on the old
+// timeline, fall back to what survived of them, to (the switch point on the
+// new timeline), so only this read fails; the metric and the log say so.
+func (ss *session) lostWrite(to freshness.Token) {
+	ss.mu.Lock()
+	lost := ss.fresh.token
+	ss.fresh.token = to
+	if ss.fresh.floor.Timeline != 0 && ss.fresh.floor.Timeline < to.Timeline {
+		ss.fresh.floor = to
+	}
+	ss.mu.Unlock()
+	if ss.srv != nil {
+		ss.srv.metrics.LostWrite(ss.route.Name)
+	}
+	ss.log.Warn("a session's last write was lost in a failover (KN002)", zap.String("route", ss.route.Name),
+		zap.Stringer("token", lost), zap.Stringer("now", to))
 }

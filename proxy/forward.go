@@ -936,6 +936,9 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 
 	// Everything decided before a server is chosen (route.go: planUnit).
 	p, primaryV := ss.plan(u)
+	if p.lost != nil {
+		ss.lostWrite(*p.lost)
+	}
 	if p.fail != nil {
 		if p.rejected != "" {
 			ss.setLastRoute(targetRejected, p.rejected, "0", "")
@@ -1392,7 +1395,7 @@ func (ss *session) unitFacts(u unitInfo) (unitFacts, health.Verdict) {
 	}
 	var primaryV health.Verdict
 	primaryV, _ = ss.srv.primaryVerdict(ss.route)
-	f.primaryTimeline, f.primaryInRecovery = primaryV.Timeline, primaryV.SplitBrain
+	f.primaryTimeline, f.primaryInRecovery, f.primaryHistory = primaryV.Timeline, primaryV.SplitBrain, primaryV.History
 	f.stage, f.rolledBack = ss.srv.rollout.get(ss.route.Name)
 	f.staysPut = (u.read || u.txStart) && ss.staysPut(u)
 	sticky := ss.route.Freshness.StickyPrimaryWindow()

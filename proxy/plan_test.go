@@ -6,6 +6,7 @@ import (
 
 	"github.com/pg-kinetic/pg-kinetic/config"
 	"github.com/pg-kinetic/pg-kinetic/freshness"
+	"github.com/pg-kinetic/pg-kinetic/health"
 )
 
 // planRoute is a route with the query classes the plan rows use.
@@ -76,6 +77,31 @@ func TestPlanUnit(t *testing.T) {
 				f.unit.minLSN = tok(1, 50)
 				return f
 			}(), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, floor: tok(1, 50)}},
+		{"§7 a token of timeline 1 before the switch point: carried onto timeline 2",
+			func() unitFacts {
+				f := known(base)
+				f.primaryTimeline, f.primaryHistory, f.token = 2, planHistory(t), tok(1, 0x4000)
+				return f
+			}(), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, floor: tok(2, 0x4000)}},
+		{"§7 a min_lsn of timeline 1 before the switch point: carried too",
+			func() unitFacts {
+				f := known(base)
+				f.primaryTimeline, f.primaryHistory, f.token = 2, planHistory(t), tok(2, 0x100)
+				f.unit.minLSN = tok(1, 0x5000)
+				return f
+			}(), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, floor: tok(2, 0x5000)}},
+		{"§7 a token of timeline 1 beyond the switch point: KN002 (lost write)",
+			func() unitFacts {
+				f := known(base)
+				f.primaryTimeline, f.primaryHistory, f.token = 2, planHistory(t), tok(1, 0x5001)
+				return f
+			}(), want{read: true, reason: reasonRead, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary}},
+		{"§7 no history: the old token stays (timeline_changed later)",
+			func() unitFacts {
+				f := known(base)
+				f.primaryTimeline, f.token = 2, tok(1, 0x5001)
+				return f
+			}(), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, floor: tok(1, 0x5001)}},
 		{"§4 strict: asks for the primary's position after the session's",
 			func() unitFacts { f := known(base); f.unit.strict = true; return f }(), want{read: true, reason: reasonRead, need: needStrict, fallback: config.FallbackPrimary, floor: tok(1, 100)}},
 		{"§4 strict, the primary's position read: floor raised to it",
@@ -208,4 +234,14 @@ func TestPlanFallback(t *testing.T) {
 			t.Errorf("%s:\n got %+v\nwant %+v", tc.rule, got, tc.want)
 		}
 	}
+}
+
+// planHistory is timeline 2's history: timeline 1 ended at 0/5000.
+func planHistory(t *testing.T) *health.TimelineHistory {
+	t.Helper()
+	h, err := health.ParseTimelineHistory(2, "1\t0/5000\tno recovery target specified\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }

@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"fmt"
+
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pg-kinetic/pg-kinetic/config"
 	"github.com/pg-kinetic/pg-kinetic/freshness"
+	"github.com/pg-kinetic/pg-kinetic/health"
 )
 
 // Targets and reasons use SPEC §8's vocabulary: one constant per word.
@@ -220,6 +223,12 @@ type unitFacts struct {
 
 	strictAsked, strictOK bool // needStrict
 	strictPos             freshness.Token
+
+	// primaryHistory is the primary's timeline history (nil when unknown):
+	// positions of an earlier timeline are carried onto the primary's by it
+	// (freshness.Carry), and a token beyond its switch point is a lost
+	// write.
+	primaryHistory *health.TimelineHistory
 }
 
 // unitPlan is what planUnit decides for a unit before a server is chosen.
@@ -236,6 +245,10 @@ type unitPlan struct {
 	rejected string
 	req      freshness.Requirement // what a read needs from a replica (SPEC §5)
 	need     planNeed              // a fact to gather before planning again; needNothing when done
+	// lost, with fail (KN002): the session's token named a write lost in
+	// a failover; the token falls back to this (the switch point, on the
+	// primary's timeline), so the read fails once.
+	lost *freshness.Token
 }
 
 // planUnit applies, in order, the rules of SPEC §3–§7 that decide a unit's
@@ -257,6 +270,9 @@ type unitPlan struct {
 //	SELECT strict, primary position unknown           -> primary, "strict_fresh"
 //	SELECT within sticky_primary_window after a write -> primary, "read_your_writes"
 //	SELECT inside BEGIN on its server                 -> unchanged (decide keeps it there), no I/O asked
+//	SELECT, token 1:0/5000100, primary on timeline 2
+//	  whose history ends timeline 1 at 0/5000000       -> fails KN002, token falls back to 2:0/5000000
+//	SELECT, token 1:0/4000000, same history           -> floor 2:0/4000000 (carried onto timeline 2)
 func planUnit(f unitFacts) unitPlan {
 	u := f.unit
 	p := unitPlan{fallback: f.route.ReadRouting.FallbackPolicy}
@@ -307,7 +323,28 @@ func planUnit(f unitFacts) unitPlan {
 		}
 	}
 	if routable && (u.read || u.txStart) {
-		p.req = requirement(f.route, u, f.primaryTimeline, f.floor, f.token, f.minLSN)
+		// Positions of an earlier timeline, provably before its switch
+		// point, are positions on the primary's timeline too (SPEC §5).
+		token, known, lost, sp := freshness.Carry(f.token, f.primaryTimeline, f.primaryHistory)
+		if lost && !u.staleOK && usesToken(f.route) {
+			// SPEC §7: the session's last write was lost in a failover.
+			p.fail = withDetail(errorf(codeLostWrite, "pg-kinetic: this session's last write was lost in a failover"),
+				fmt.Sprintf("token %s lies beyond %s, where timeline %d ended; the primary is on timeline %d",
+					f.token, sp, f.token.Timeline, f.primaryTimeline))
+			p.rejected, p.lost, p.unit = reasonTimelineChanged, &token, u
+			return p
+		}
+		if !known {
+			token = f.token
+		}
+		carry := func(t freshness.Token) freshness.Token {
+			if c, known, lost, _ := freshness.Carry(t, f.primaryTimeline, f.primaryHistory); known && !lost {
+				return c
+			}
+			return t
+		}
+		u.minLSN = carry(u.minLSN)
+		p.req = requirement(f.route, u, f.primaryTimeline, carry(f.floor), token, carry(f.minLSN))
 		if u.strict {
 			switch {
 			case !f.strictAsked:
@@ -414,6 +451,16 @@ func isFallback(reason string) bool {
 	switch reason {
 	case reasonReplicaUnavailable, reasonReadYourWrites, reasonStrictFresh, reasonLagExceeded, reasonLagUnknown,
 		reasonSplitBrain, reasonTimelineChanged:
+		return true
+	}
+	return false
+}
+
+// usesToken reports whether rt's freshness policy makes reads see the
+// session's writes (session_write_lsn, session_write_lsn_and_max_lag).
+func usesToken(rt *config.Route) bool {
+	switch rt.Freshness.FreshnessPolicy {
+	case config.FreshnessSessionWriteLSN, config.FreshnessSessionWriteLSNAndMax:
 		return true
 	}
 	return false

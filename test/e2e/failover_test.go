@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -207,5 +208,125 @@ func TestFailoverDrill(t *testing.T) {
 	})
 	if p := insertAt(t, ctx, idle, tbl, 3000); p != promoted.Port {
 		t.Fatalf("write after the rejoin ran on %d, want %d", p, promoted.Port)
+	}
+}
+
+// stopStreaming makes standby s stop receiving WAL (an empty
+// primary_conninfo): what the primary writes from then on never reaches
+// it, as when a failover happens before asynchronous replication caught
+// up. Cluster.Promote points it at the new primary again.
+func stopStreaming(t *testing.T, ctx context.Context, s *pgtest.Server) {
+	t.Helper()
+	if err := s.Exec(ctx, "ALTER SYSTEM SET primary_conninfo = ''"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 10*time.Second, s.Name+"'s WAL receiver to stop", func() (bool, error) {
+		n, err := s.QueryString(ctx, "select count(*) from pg_stat_wal_receiver")
+		return n == "0", err
+	})
+}
+
+// TestFailoverTokensAcrossTimelines (issue 14 items 3 and 4): after a
+// failover that lost a write, with the probe user allowed to read the
+// timeline history (pg_read_file):
+//   - a session whose token of timeline 1 lies before the switch point is
+//     served by a replica of timeline 2 (its token carried over);
+//   - the session whose last write was lost gets KN002 once, at its next
+//     read, and its next read then succeeds; the row is not on the new
+//     primary.
+func TestFailoverTokensAcrossTimelines(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
+	ctx := ctxT(t, 120*time.Second)
+	// (A function's privileges are per database: granted in the one the
+	// probes use.)
+	su := connect(t, ctx, cl.Primary.DSN(pgtest.SuperUser, "", pgtest.AppDB))
+	for _, q := range []string{
+		"GRANT pg_read_all_stats TO " + pgtest.AppUser,
+		"GRANT EXECUTE ON FUNCTION pg_read_file(text) TO " + pgtest.AppUser,
+	} {
+		if _, err := su.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	su.Close(ctx)
+	tbl := chaosTable(t, ctx, cl)
+	old, promoted, follower := cl.Primary, cl.Standbys[0], cl.Standbys[1]
+	dsn := chaosProxy(t, cl, kinetictest.Params{Primary: old.Addr(), Replicas: addrs(promoted, follower)}, "")
+	awaitReplicaRead(t, dsn, pgtest.Ports(promoted, follower))
+
+	kept, lost := connect(t, ctx, dsn), connect(t, ctx, dsn)
+	if p := insertAt(t, ctx, kept, tbl, 1); p != old.Port {
+		t.Fatalf("INSERT ran on %d", p)
+	}
+	keptToken, err := showSimple(ctx, kept, "pg_kinetic.write_lsn")
+	if err != nil || !strings.HasPrefix(keptToken, "1:") {
+		t.Fatalf("token before the failover = %q, %v; want timeline 1", keptToken, err)
+	}
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stopStreaming(t, ctx, promoted)
+	stopStreaming(t, ctx, follower)
+	if p := insertAt(t, ctx, lost, tbl, 2); p != old.Port {
+		t.Fatalf("INSERT ran on %d", p)
+	}
+	lostToken, err := showSimple(ctx, lost, "pg_kinetic.write_lsn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Promote(ctx, promoted); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.WaitReplay(ctx, mustLSN(t, ctx, promoted)); err != nil {
+		t.Fatal(err)
+	}
+	// The proxy has elected the promoted server and read its history once
+	// a write through it lands there.
+	awaitCond(t, 10*time.Second, "writes to reach the promoted server", func() (bool, error) {
+		w := connect(t, ctx, dsn)
+		defer w.Close(ctx)
+		p, err := readPort(ctx, w, "select inet_server_port() from (select pg_current_wal_lsn()) x")
+		return p == promoted.Port, err
+	})
+
+	// The lost write: KN002 once, then reads go on without it.
+	_, _, err = rowAt(ctx, lost, tbl, 2)
+	awaitCond(t, 10*time.Second, "the lost write to be reported", func() (bool, error) {
+		if pgCode(err) == "KN002" {
+			return true, nil
+		}
+		if err != nil && pgCode(err) != "" {
+			return false, err
+		}
+		_, _, err = rowAt(ctx, lost, tbl, 2) // no history read yet: the primary answered
+		return false, nil
+	})
+	pe := asPgError(err)
+	if !strings.Contains(pe.Message, "this session's last write was lost in a failover") || !strings.Contains(pe.Detail, lostToken) {
+		t.Fatalf("KN002 = %q / %q; want the message and the token %s in DETAIL", pe.Message, pe.Detail, lostToken)
+	}
+	t.Logf("KN002: %s (DETAIL: %s)", pe.Message, pe.Detail)
+	p, n, err := rowAt(ctx, lost, tbl, 2)
+	if err != nil || n != 0 {
+		t.Fatalf("the read after KN002: %d rows on %d, %v; want 0 rows (the write was lost)", n, p, err)
+	}
+
+	// The surviving token of timeline 1 is carried onto timeline 2: a
+	// replica of timeline 2 serves the session's read.
+	awaitCond(t, 10*time.Second, "the kept session's read on the follower", func() (bool, error) {
+		p, n, err := rowAt(ctx, kept, tbl, 1)
+		if err != nil || n != 1 {
+			return false, fmt.Errorf("read of the session's own write: %d rows on %d, %v", n, p, err)
+		}
+		return p == follower.Port, nil
+	})
+	if _, _, err := rowAt(ctx, kept, tbl, 1); err != nil {
+		t.Fatal(err)
 	}
 }
