@@ -20,6 +20,7 @@
 #   make check-deb     build it, dpkg -i it, use it, purge it (as root)
 #   make image         the container image (deploy/container), with buildah
 #   make check-image   build it, run kineticd --version/--check-config inside
+#   make check-helm    helm lint + helm template | kubeconform -strict (offline schemas)
 #
 # From a fresh clone on Debian with only Go installed, `make test` as root
 # installs PostgreSQL 15 and gcc first (scripts/install-deps.sh).
@@ -149,6 +150,14 @@ image:
 
 check-image:
 	bash scripts/check-image.sh
+
+# The Helm chart deploy/helm/kineticd: helm lint, then helm template piped
+# into kubeconform -strict against schemas made offline from the
+# k8s.io/kubernetes and Prometheus Operator modules (deploy/helm/k8sschema),
+# plus --check-config of the rendered kineticd.toml (scripts/check-helm.sh).
+.PHONY: check-helm
+check-helm:
+	bash scripts/check-helm.sh
 
 fmt:
 	$(GO) fmt ./...
