@@ -52,6 +52,9 @@ say "building $IMAGE:$VERSION"
 "${BUILDAH[@]}" bud --isolation chroot --quiet \
 	-f deploy/container/Containerfile --ignorefile deploy/container/containerignore \
 	"${args[@]}" -t "$IMAGE:$VERSION" -t "$IMAGE:latest" . >/dev/null
-# Images left untagged by earlier builds of the same tags.
+# Earlier builds: other version tags of $IMAGE, and images left untagged.
+"${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}}' | { grep "^$IMAGE:" || true; } | while read -r ref; do
+	case $ref in "$IMAGE:$VERSION" | "$IMAGE:latest") ;; *) "${BUILDAH[@]}" rmi "$ref" >/dev/null ;; esac
+done
 "${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
 say "built $IMAGE:$VERSION and $IMAGE:latest"
