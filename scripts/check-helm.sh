@@ -109,4 +109,25 @@ awk '/^kind: PrometheusRule$/ { rule = 1 }
 diff <(sed 's/[[:space:]]*$//' deploy/alerts.yml) <(sed 's/[[:space:]]*$//' "$tmp/rules.yml") >&2 ||
 	die "the PrometheusRule's spec differs from deploy/alerts.yml"
 say "PrometheusRule spec equals deploy/alerts.yml"
+grep -q '^      terminationGracePeriodSeconds: 45$' "$tmp/default.yaml" ||
+	die "terminationGracePeriodSeconds is not 10 + 30 + 5 = 45 with the default values"
+
+# 6. Values the chart must refuse at render time, each with its own message.
+refuse() {
+	local want=$1
+	shift
+	if helm template kineticd "$CHART" --kube-version "$K8S_VERSION" "$@" >"$tmp/refused.out" 2>&1; then
+		die "helm template accepted $*"
+	fi
+	grep -q -- "$want" "$tmp/refused.out" || { cat "$tmp/refused.out" >&2; die "helm template $*: no \"$want\" in the error"; }
+}
+refuse 'config.server.listen is set by the chart' --set config.server.listen=:5432
+refuse 'terminationGracePeriodSeconds 20 is shorter' --set terminationGracePeriodSeconds=20
+refuse 'needs at least one user' --set 'users=null'
+# existingSecret: no Secret rendered, the pods mount the named one.
+helm template kineticd "$CHART" --kube-version "$K8S_VERSION" --set existingSecret=my-kineticd >"$tmp/existing.yaml"
+! grep -q '^kind: Secret$' "$tmp/existing.yaml" || die "existingSecret set, but a Secret was rendered"
+grep -q 'secretName: my-kineticd$' "$tmp/existing.yaml" || die "existingSecret is not mounted"
+validate "$tmp/existing.yaml"
+say "bad values refused; existingSecret renders no Secret"
 say "ok"
