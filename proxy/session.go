@@ -263,13 +263,23 @@ func (ss *session) drain() {
 	idle := ss.cond != nil && ss.idleLocked() && ss.unitRuns // cond: connect is done
 	ss.mu.Unlock()
 	if idle {
-		ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
+		ss.killWithin(fatalf(codeAdminShutdown, "terminating connection due to administrator command"), idleKillPatience)
 	}
 }
 
+// idleKillPatience is how long drain waits for the write lock of an idle
+// session before closing it without its FATAL. The lock is then held only
+// for an instant: by the server reader that relayed the last ReadyForQuery,
+// descheduled right after its write (seen under load: the client had its
+// answer and the SIGTERM came before that goroutine ran again).
+const idleKillPatience = 10 * time.Millisecond
+
 // kill ends the session: the client gets err (if not nil) and the
 // connection is closed, which unblocks the session goroutine.
-func (ss *session) kill(err *clientError) {
+func (ss *session) kill(err *clientError) { ss.killWithin(err, 0) }
+
+// killWithin is kill waiting up to patience for the write lock to send err.
+func (ss *session) killWithin(err *clientError, patience time.Duration) {
 	ss.mu.Lock()
 	if ss.killed {
 		ss.mu.Unlock()
@@ -280,9 +290,9 @@ func (ss *session) kill(err *clientError) {
 		ss.cond.Broadcast()
 	}
 	ss.mu.Unlock()
-	// A writer blocked on a slow client holds wmu; never wait for it here
+	// A writer blocked on a slow client holds wmu; never wait for it long
 	// (Shutdown calls kill for every session): close, which unblocks it.
-	if err != nil && ss.wmu.TryLock() {
+	if err != nil && ss.lockWriter(patience) {
 		ss.enc, _ = wire.Append(ss.enc[:0], errorResponse(err))
 		ss.conn.SetWriteDeadline(time.Now().Add(time.Second))
 		if _, werr := ss.out().Write(ss.enc); werr == nil {
@@ -291,6 +301,21 @@ func (ss *session) kill(err *clientError) {
 		ss.wmu.Unlock()
 	}
 	ss.conn.Close()
+}
+
+// lockWriter takes wmu if it is free now or within patience (polled: a
+// blocked Lock could not be given up).
+func (ss *session) lockWriter(patience time.Duration) bool {
+	if ss.wmu.TryLock() {
+		return true
+	}
+	for end := time.Now().Add(patience); time.Now().Before(end); {
+		time.Sleep(50 * time.Microsecond)
+		if ss.wmu.TryLock() {
+			return true
+		}
+	}
+	return false
 }
 
 // endWithServerError relays a server's FATAL ErrorResponse body to the
