@@ -50,7 +50,7 @@ fi
 
 say "building $IMAGE:$VERSION"
 "${BUILDAH[@]}" bud --isolation chroot --quiet \
-	-f deploy/container/Containerfile --ignorefile deploy/container/containerignore \
+	-f deploy/container/Containerfile --ignorefile deploy/container/Containerfile.dockerignore \
 	"${args[@]}" -t "$IMAGE:$VERSION" -t "$IMAGE:latest" . >/dev/null
 # Earlier builds: other version tags of $IMAGE, and images left untagged.
 "${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}}' | { grep "^$IMAGE:" || true; } | while read -r ref; do
