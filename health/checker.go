@@ -379,10 +379,33 @@ func (c *Checker) run(ctx context.Context, l *loop) {
 		} else {
 			failures = 0
 		}
-		if !c.wait(ctx, l, at, wait, failures > 0) {
+		// While its route looks for a primary (follow_failover), a server
+		// is probed every interval and may be hurried, failing or not:
+		// the promoted one must be seen as soon as it answers.
+		seeking := failures > 0 && c.seekingPrimary(l)
+		if seeking {
+			wait = c.interval
+		}
+		if !c.wait(ctx, l, at, wait, failures > 0 && !seeking) {
 			return
 		}
 	}
+}
+
+// seekingPrimary reports whether l's route follows failovers and has no
+// reachable elected primary.
+func (c *Checker) seekingPrimary(l *loop) bool {
+	if !c.follow {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rs := c.routes[l.target.Route]
+	if rs == nil {
+		return false
+	}
+	v, ok := c.verdicts[rs.election.Primary]
+	return rs.election.Primary == "" || ok && !v.Reachable
 }
 
 // wait blocks until the next probe of l is due: d after the last one ended,
@@ -503,8 +526,24 @@ func (c *Checker) record(l *loop, at time.Time, probed Verdict, err error) {
 			}
 		}
 	}
+	var hurry []*loop
+	if c.follow && rs != nil && v.Addr == rs.election.Primary && !v.Reachable && (!had || prev.Reachable) {
+		// The elected primary went down: probe the route's other servers
+		// now, to see a promotion as soon as it happens.
+		for addr, o := range c.loops {
+			if addr != v.Addr && o.target.Route == v.Route {
+				hurry = append(hurry, o)
+			}
+		}
+	}
 	c.publishLocked()
 	c.mu.Unlock()
+	for _, o := range hurry {
+		select {
+		case o.hurry <- struct{}{}:
+		default:
+		}
+	}
 	for _, note := range notes {
 		note()
 	}

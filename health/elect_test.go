@@ -71,22 +71,33 @@ func TestCheckerFollowsFailover(t *testing.T) {
 	for _, a := range []string{addrA, addrB, addrC} {
 		waitVerdict(t, c, a, start)
 	}
-	// step moves time on by one interval with the given answers, and
-	// waits for the three probes that follow.
+	// step sets the answers and moves time on, 10 ms at a time, until
+	// every server was probed after that (backoffs and hurries make the
+	// loops' waits differ).
 	step := func(answers map[string]answer) *Snapshot {
 		t.Helper()
 		for a, ans := range answers {
 			p.set(a, ans)
 		}
-		d := clock.nextWait(t)
-		for i := 0; i < 2; i++ { // the other loops' waits, before time moves
-			clock.nextWait(t)
+		t0 := clock.Now()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			s := c.Snapshot()
+			done := true
+			for _, a := range []string{addrA, addrB, addrC} {
+				if v, ok := s.Get(a); !ok || !v.ProbedAt.After(t0) {
+					done = false
+				}
+			}
+			if done {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not every server was probed after %v: %+v", t0, s.All())
+			}
+			clock.Advance(10 * time.Millisecond)
+			time.Sleep(time.Millisecond)
 		}
-		clock.Advance(d)
-		for _, a := range []string{addrA, addrB, addrC} {
-			waitVerdict(t, c, a, clock.Now())
-		}
-		return c.Snapshot()
 	}
 	s := c.Snapshot()
 	if e, ok := s.Election("main"); !ok || e.Primary != addrA {

@@ -252,13 +252,20 @@ func (ss *session) admitsWithoutPrimary(err error) bool {
 }
 
 // acquireAnyReplica takes a server connection from the first of the
-// route's replicas (in config order) that accepts one and is not backed
-// off, for a login while the primary is down.
+// route's replicas (in config order; with follow_failover, the read
+// servers of failover.go) that accepts one and is not backed off, for a
+// login while the primary is down.
 func (ss *session) acquireAnyReplica() (*pool.Conn, *pool.Pool, error) {
 	err := errors.New("no replica")
 	now := time.Now()
 	snap := ss.snapshot()
-	for _, rep := range ss.route.Replicas {
+	// Every server of the route that reads may use (failover.go): with
+	// follow_failover the configured primary too, when it is a standby now.
+	servers := ss.route.Replicas
+	if snap != nil && ss.route.HA.FollowFailover {
+		servers = readServers(ss.route, snap)
+	}
+	for _, rep := range servers {
 		var v health.Verdict
 		have := false
 		if snap != nil {

@@ -1396,6 +1396,13 @@ func (ss *session) unitFacts(u unitInfo) (unitFacts, health.Verdict) {
 	var primaryV health.Verdict
 	primaryV, _ = ss.srv.primaryVerdict(ss.route)
 	f.primaryTimeline, f.primaryInRecovery, f.primaryHistory = primaryV.Timeline, primaryV.SplitBrain, primaryV.History
+	if f.primaryHistory != nil {
+		// The token as it stands, for a unit that asks for no position
+		// (a write): a lost write is told at once (planUnit).
+		ss.mu.Lock()
+		f.token = ss.fresh.token
+		ss.mu.Unlock()
+	}
 	f.stage, f.rolledBack = ss.srv.rollout.get(ss.route.Name)
 	f.staysPut = (u.read || u.txStart) && ss.staysPut(u)
 	sticky := ss.route.Freshness.StickyPrimaryWindow()

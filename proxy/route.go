@@ -322,18 +322,22 @@ func planUnit(f unitFacts) unitPlan {
 			toPrimary(reasonReadYourWrites)
 		}
 	}
-	if routable && (u.read || u.txStart) {
-		// Positions of an earlier timeline, provably before its switch
-		// point, are positions on the primary's timeline too (SPEC §5).
-		token, known, lost, sp := freshness.Carry(f.token, f.primaryTimeline, f.primaryHistory)
-		if lost && !u.staleOK && usesToken(f.route) {
-			// SPEC §7: the session's last write was lost in a failover.
+	if f.fresh && usesToken(f.route) && !u.staleOK && (!routable || f.positionAsked) {
+		// SPEC §7: the session's last write was lost in a failover. Told
+		// at its next unit that is not stale-ok, a write included: the
+		// session writing again must not hide the loss (docs/behaviour.md).
+		if token, _, lost, sp := freshness.Carry(f.token, f.primaryTimeline, f.primaryHistory); lost {
 			p.fail = withDetail(errorf(codeLostWrite, "pg-kinetic: this session's last write was lost in a failover"),
 				fmt.Sprintf("token %s lies beyond %s, where timeline %d ended; the primary is on timeline %d",
 					f.token, sp, f.token.Timeline, f.primaryTimeline))
 			p.rejected, p.lost, p.unit = reasonTimelineChanged, &token, u
 			return p
 		}
+	}
+	if routable && (u.read || u.txStart) {
+		// Positions of an earlier timeline, provably before its switch
+		// point, are positions on the primary's timeline too (SPEC §5).
+		token, known, _, _ := freshness.Carry(f.token, f.primaryTimeline, f.primaryHistory)
 		if !known {
 			token = f.token
 		}
