@@ -5,7 +5,7 @@
 #                      (end-to-end tests start real PostgreSQL 15 via test/pgtest),
 #                      then make conformance, the differential test's
 #                      regression seeds in every mode and 10,000 random
-#                      sequences in session pooling
+#                      sequences in session pooling, then make deploy-check
 #   make conformance   pgx's own test suite directly and through kineticd in four
 #                      configurations (test/conformance, ~10 minutes, no -race)
 #   make differential  10,000 seeded random protocol sequences per mode, each
@@ -21,6 +21,7 @@
 #   make image         the container image (deploy/container), with buildah
 #   make check-image   build it, run kineticd --version/--check-config inside
 #   make check-helm    helm lint + helm template | kubeconform -strict (offline schemas)
+#   make deploy-check  all four check-* above (make test ends with it)
 #
 # From a fresh clone on Debian with only Go installed, `make test` as root
 # installs PostgreSQL 15 and gcc first (scripts/install-deps.sh).
@@ -71,6 +72,14 @@ test: deps build
 	KINETIC_DIFF_N=0 KINETIC_DIFF_WIDEN=1 $(DIFFERENTIAL)
 	# Session pooling, routing off, passes 10,000 random sequences: kept so.
 	KINETIC_DIFF_N=10000 KINETIC_DIFF_MODES=session KINETIC_DIFF_SEED=616161 KINETIC_DIFF_REGRESSIONS=0 $(DIFFERENTIAL)
+	# Deployment artifacts (issue 15): the unit, the package, the image, the chart.
+	$(MAKE) deploy-check
+
+# Every deployment check: systemd-analyze verify of the unit, the Debian
+# package installed/used/purged (root), the container image built and run
+# with buildah, the Helm chart linted and validated with kubeconform.
+.PHONY: deploy-check
+deploy-check: check-systemd check-deb check-image check-helm
 
 # pgx's test suite against PostgreSQL and through kineticd (session and
 # transaction pooling, read routing off and on); test/conformance/doc.go.
