@@ -1,7 +1,9 @@
 package health
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -145,6 +147,40 @@ func (p *PGProber) Probe(ctx context.Context, addr string) (Verdict, error) {
 	return v, err
 }
 
+// historyViaReplication asks the server at addr for timeline tl's
+// history with the replication protocol's TIMELINE_HISTORY command, on a
+// connection of its own (replication=true) closed at once. The probe role
+// needs REPLICATION and pg_hba.conf a replication entry for it.
+func (p *PGProber) historyViaReplication(ctx context.Context, addr string, tl uint32) (*TimelineHistory, error) {
+	cred := p.cred
+	cred.Params = map[string]string{"replication": "true"}
+	for k, v := range p.cred.Params {
+		cred.Params[k] = v
+	}
+	conn, err := p.dialer.Dial(ctx, addr, cred)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Terminate(closeTimeout)
+	rows, err := conn.Query(ctx, fmt.Sprintf("TIMELINE_HISTORY %d", tl))
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) != 1 || len(rows[0]) != 2 {
+		return nil, errors.New("TIMELINE_HISTORY: unexpected result shape")
+	}
+	content := rows[0][1] // the file's bytes, as the walsender sends them
+	if bytes.HasPrefix(content, []byte(`\x`)) {
+		// A bytea in hex text form, should a server send it so.
+		dec, err := hex.DecodeString(string(content[2:]))
+		if err != nil {
+			return nil, fmt.Errorf("TIMELINE_HISTORY: %w", err)
+		}
+		content = dec
+	}
+	return ParseTimelineHistory(tl, string(content))
+}
+
 // historySQL reads timeline %d's history file. pg_read_file needs a
 // superuser, pg_read_server_files, or EXECUTE granted on
 // pg_read_file(text) (docs/operations.md, Failover: privileges).
@@ -176,6 +212,10 @@ func (p *PGProber) history(ctx context.Context, conn *pool.Conn, addr string, tl
 	rows, err := conn.Query(ctx, fmt.Sprintf(historySQL, tl))
 	if err == nil && len(rows) == 1 && len(rows[0]) == 1 {
 		c.h, err = ParseTimelineHistory(tl, string(rows[0][0]))
+	}
+	if c.h == nil {
+		// A role with REPLICATION may ask the walsender instead.
+		c.h, _ = p.historyViaReplication(ctx, addr, tl)
 	}
 	if c.h == nil {
 		c.failedAt = time.Now()

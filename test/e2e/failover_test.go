@@ -237,16 +237,25 @@ func stopStreaming(t *testing.T, ctx context.Context, s *pgtest.Server) {
 //   - the session whose last write was lost gets KN002 once, at its next
 //     read, and its next read then succeeds; the row is not on the new
 //     primary.
+//
+// The history is read in each of the two ways the probes know:
+// pg_read_file, or TIMELINE_HISTORY for a role with REPLICATION.
 func TestFailoverTokensAcrossTimelines(t *testing.T) {
+	for _, way := range []struct{ name, grant string }{
+		// (A function's privileges are per database: granted in the one
+		// the probes use.)
+		{"pg_read_file", "GRANT EXECUTE ON FUNCTION pg_read_file(text) TO " + pgtest.AppUser},
+		{"TIMELINE_HISTORY", "ALTER ROLE " + pgtest.AppUser + " REPLICATION"},
+	} {
+		t.Run(way.name, func(t *testing.T) { failoverTokens(t, way.grant) })
+	}
+}
+
+func failoverTokens(t *testing.T, grant string) {
 	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
 	ctx := ctxT(t, 120*time.Second)
-	// (A function's privileges are per database: granted in the one the
-	// probes use.)
 	su := connect(t, ctx, cl.Primary.DSN(pgtest.SuperUser, "", pgtest.AppDB))
-	for _, q := range []string{
-		"GRANT pg_read_all_stats TO " + pgtest.AppUser,
-		"GRANT EXECUTE ON FUNCTION pg_read_file(text) TO " + pgtest.AppUser,
-	} {
+	for _, q := range []string{"GRANT pg_read_all_stats TO " + pgtest.AppUser, grant} {
 		if _, err := su.Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}
