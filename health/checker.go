@@ -410,20 +410,29 @@ func (c *Checker) seekingPrimary(l *loop) bool {
 
 // wait blocks until the next probe of l is due: d after the last one ended,
 // or earlier when hurried, but then no sooner than hurryGap after the last
-// one began (last). A failing server is not hurried. It returns false when
-// ctx ends first.
+// one began (last). A failing server is not hurried, unless its route
+// follows failovers and has no reachable elected primary. It returns false
+// when ctx ends first.
 func (c *Checker) wait(ctx context.Context, l *loop, last time.Time, d time.Duration, failing bool) bool {
 	due := c.after(d)
 	hurry := l.hurry
-	if failing {
+	if failing && !c.follow {
 		hurry = nil // a pending request waits for the server to answer again
 	}
-	select {
-	case <-ctx.Done():
-		return false
-	case <-due:
-		return true
-	case <-hurry:
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-due:
+			return true
+		case <-hurry:
+		}
+		// A failing server is hurried only while its route looks for a
+		// primary (follow_failover): the server in backoff may be the
+		// one just promoted.
+		if !failing || c.seekingPrimary(l) {
+			break
+		}
 	}
 	rest := hurryGap - c.clock().Sub(last)
 	if rest <= 0 {
