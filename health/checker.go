@@ -512,12 +512,15 @@ func (c *Checker) record(l *loop, at time.Time, probed Verdict, err error) {
 	v = c.deriveLocked(v)
 	prev, had := c.verdicts[l.addr]
 	c.verdicts[l.addr] = v
+	elected := false
 	if c.follow && rs != nil {
+		prevPrimary := rs.election.Primary
 		if note, changed := c.electLocked(v.Route, rs); changed {
 			notes = append(notes, note)
 			isPrimary = true // re-derive every server of the route
 			v = c.deriveLocked(v)
 			c.verdicts[l.addr] = v
+			elected = rs.election.Primary != "" && rs.election.Primary != prevPrimary
 		}
 	}
 	notes = append(notes, c.describeChange(prev, had, v))
@@ -536,9 +539,11 @@ func (c *Checker) record(l *loop, at time.Time, probed Verdict, err error) {
 		}
 	}
 	var hurry []*loop
-	if c.follow && rs != nil && v.Addr == rs.election.Primary && !v.Reachable && (!had || prev.Reachable) {
+	if c.follow && rs != nil && (elected || v.Addr == rs.election.Primary && !v.Reachable && (!had || prev.Reachable)) {
 		// The elected primary went down: probe the route's other servers
-		// now, to see a promotion as soon as it happens.
+		// now, to see a promotion as soon as it happens. A new primary was
+		// elected: its standbys' lag starts afresh from its samples, and
+		// is unknown until each is probed again: now.
 		for addr, o := range c.loops {
 			if addr != v.Addr && o.target.Route == v.Route {
 				hurry = append(hurry, o)

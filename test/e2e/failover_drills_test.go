@@ -133,40 +133,7 @@ func TestFailoverDrills(t *testing.T) {
 			time.Sleep(300 * time.Millisecond) // acknowledged, never replicated
 		}
 		// New sessions read throughout the outage.
-		var reads, refused atomic.Int64
-		rstop, rdone := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(rdone)
-			for {
-				select {
-				case <-rstop:
-					return
-				default:
-				}
-				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				err := func() error {
-					c, err := pgx.Connect(rctx, dsn)
-					if err != nil {
-						return err
-					}
-					defer c.Close(rctx)
-					_, err = readPort(rctx, c, "select inet_server_port()")
-					if err != nil {
-						if r, rerr := showSimple(rctx, c, "pg_kinetic.last_route"); rerr == nil {
-							err = fmt.Errorf("%w (last_route %s)", err, r)
-						}
-					}
-					return err
-				}()
-				cancel()
-				reads.Add(1)
-				if err != nil {
-					refused.Add(1)
-					t.Logf("drill %d: a new session's read was refused: %v", d, err)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		}()
+		readers := startNewSessionReads(ctx, t, dsn, "select inet_server_port()")
 		drillNo.Store(int32(d))
 		t.Logf("drill %d: killing %s (port %d), promoting %s (port %d)", d, primary.Name, primary.Port, target.Name, target.Port)
 		quiet.Lock()
@@ -213,12 +180,14 @@ func TestFailoverDrills(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(600 * time.Millisecond)
-		close(rstop)
-		<-rdone
+		reads, refused, refusals := readers.stop()
+		for _, r := range refusals {
+			t.Logf("drill %d: a new session's read was refused: %s", d, r)
+		}
 		if err := cl.Rejoin(ctx, primary); err != nil {
 			t.Fatal(err)
 		}
-		results = append(results, drillResult{firstWrite: first, reads: reads.Load(), refused: refused.Load(), lostPlanned: loseWrites})
+		results = append(results, drillResult{firstWrite: first, reads: reads, refused: refused, lostPlanned: loseWrites})
 	}
 	time.Sleep(500 * time.Millisecond) // reads after the last drill
 	close(stop)

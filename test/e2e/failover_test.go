@@ -21,6 +21,64 @@ import (
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
 
+// newSessionReads reads with sql (one int column) through a new session
+// every 20 ms until stopped: reads of clients arriving during an outage.
+type newSessionReads struct {
+	reads, refused atomic.Int64
+	mu             sync.Mutex
+	refusals       []string // each with SHOW pg_kinetic.last_route when the session could say
+	quit, done     chan struct{}
+	once           sync.Once
+}
+
+func startNewSessionReads(ctx context.Context, t *testing.T, dsn, sql string) *newSessionReads {
+	r := &newSessionReads{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for {
+			select {
+			case <-r.quit:
+				return
+			default:
+			}
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := func() error {
+				c, err := pgx.Connect(rctx, dsn)
+				if err != nil {
+					return err
+				}
+				defer c.Close(rctx)
+				_, err = readPort(rctx, c, sql)
+				if err != nil {
+					if route, rerr := showSimple(rctx, c, "pg_kinetic.last_route"); rerr == nil {
+						err = fmt.Errorf("%w (last_route %s)", err, route)
+					}
+				}
+				return err
+			}()
+			cancel()
+			r.reads.Add(1)
+			if err != nil {
+				r.refused.Add(1)
+				r.mu.Lock()
+				r.refusals = append(r.refusals, err.Error())
+				r.mu.Unlock()
+			}
+			time.Sleep(20 * time.Millisecond) // a steady trickle, not a storm
+		}
+	}()
+	return r
+}
+
+// stop ends the reads (once; later calls return the same counts).
+func (r *newSessionReads) stop() (reads, refused int64, refusals []string) {
+	r.once.Do(func() { close(r.quit) })
+	<-r.done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reads.Load(), r.refused.Load(), r.refusals
+}
+
 // adminServers runs SHOW SERVERS on the admin console of the proxy whose
 // application DSN is dsn, and returns its rows by address (columns by name).
 func adminServers(t *testing.T, ctx context.Context, dsn string) map[string]map[string]string {
@@ -82,51 +140,9 @@ func TestFailoverDrill(t *testing.T) {
 	}
 
 	// New sessions read throughout, each read a new connection.
-	var (
-		reads, refused atomic.Int64
-		mu             sync.Mutex
-		refusals       []string
-		stop           = make(chan struct{})
-		readersDone    = make(chan struct{})
-	)
-	go func() {
-		defer close(readersDone)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := func() error {
-				c, err := pgx.Connect(rctx, dsn)
-				if err != nil {
-					return err
-				}
-				defer c.Close(rctx)
-				var n int64
-				return c.QueryRow(rctx, "select count(*) from "+tbl+" where id = 1").Scan(&n)
-			}()
-			cancel()
-			reads.Add(1)
-			if err != nil {
-				refused.Add(1)
-				mu.Lock()
-				refusals = append(refusals, err.Error())
-				mu.Unlock()
-			}
-			time.Sleep(20 * time.Millisecond) // a steady trickle, not a storm
-		}
-	}()
-	stopReaders := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		<-readersDone
-	}
-	defer stopReaders()
+	// New sessions read throughout, each read a new connection.
+	readers := startNewSessionReads(ctx, t, dsn, "select count(*)::int from "+tbl+" where id = 1")
+	defer readers.stop()
 
 	if err := old.Kill(); err != nil {
 		t.Fatal(err)
@@ -184,12 +200,10 @@ func TestFailoverDrill(t *testing.T) {
 			t.Fatalf("read %d with the old primary back: on %d (old %d), %v", i, p, old.Port, err)
 		}
 	}
-	stopReaders()
-	t.Logf("reads of new sessions during the outage: %d, refused %d", reads.Load(), refused.Load())
-	if refused.Load() > 0 {
-		mu.Lock()
-		t.Errorf("%d of %d reads were refused during the failover, e.g. %s", refused.Load(), reads.Load(), refusals[0])
-		mu.Unlock()
+	reads, refused, refusals := readers.stop()
+	t.Logf("reads of new sessions during the outage: %d, refused %d", reads, refused)
+	if refused > 0 {
+		t.Errorf("%d of %d reads were refused during the failover, e.g. %s", refused, reads, refusals[0])
 	}
 
 	// Rewound as a standby of the new primary, it serves reads again.
