@@ -44,4 +44,9 @@ var knownOpen = []deviation{
 	// result shape other than the one the client was told fails the
 	// client's Bind with 0A000.
 	{"*/routed", "pgx.TestStmtCacheInvalidationConn", "open: re-Parse on another server after DDL hides 'cached plan must not change result type'"},
+	// The same class through a batch: failed once in transaction/routed
+	// in the clean-clone CI run of 882b62f on 2026-12-02 ("cached plan must
+	// not change result type" where pgx expected its cache to recover), and
+	// passed in every run before it.
+	{"*/routed", "pgx.TestStmtCacheInvalidationConnWithBatch", "open: re-Parse on another server after DDL hides 'cached plan must not change result type'"},
 }
