@@ -216,7 +216,11 @@ func TestCatalogLookupSASLprepBackendPassword(t *testing.T) {
 	if err := cl.WaitReplicated(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := kinetictest.Params{ReadRoutingMode: "prefer_replica", Extra: fmt.Sprintf(
+	// fallback_policy "wait": the volatile call's read on the primary
+	// raises the session's floor to the primary's position; a replica a
+	// moment behind (other tests write to the shared cluster) then catches
+	// up instead of the primary answering the STABLE read.
+	p := kinetictest.Params{ReadRoutingMode: "prefer_replica", FallbackPolicy: "wait", Extra: fmt.Sprintf(
 		"\n[[users]]\nname = \"sasl_catalog_via\"\npassword = \"client-secret\"\nbackend_user = %q\nbackend_password = %s\n", role, tomlString(password))}
 	for _, s := range cl.Standbys {
 		p.Replicas = append(p.Replicas, s.Addr())
