@@ -18,7 +18,9 @@
 //   - Conn.Exec and Conn.Query run the proxy's own simple-protocol queries
 //     (reset, settings; health probes and catalog lookups, which dial with
 //     Dialer outside any Pool) on a connection the caller holds; Query
-//     returns the rows as text and is bounded by its context. A Conn is not
+//     returns the rows as text and is bounded by its context. QueryParams
+//     does the same in the extended protocol with text parameters bound
+//     to $1, $2, ... (auth_query's user name). A Conn is not
 //     safe for concurrent use.
 //   - All Pool and Manager methods are safe for concurrent use. Close
 //     closes idle connections and makes later Acquire calls fail;

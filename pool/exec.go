@@ -53,6 +53,36 @@ func (c *Conn) Query(ctx context.Context, sql string) ([][][]byte, error) {
 	if strings.IndexByte(sql, 0) >= 0 {
 		return nil, errors.New("query text contains a NUL byte")
 	}
+	buf, _ := (&pgproto3.Query{String: sql}).Encode(nil)
+	return c.query(ctx, sql, buf)
+}
+
+// QueryParams is Query for one statement with parameters, in the extended
+// protocol: Parse (unnamed, parameter types left to the server), Bind of
+// args as text ($1 is args[0]), Execute, Sync. The values never become part
+// of the statement's text, so they need no quoting: auth_query binds a
+// client's user name this way. sql must be a single statement (the server
+// refuses several in one Parse).
+//
+// Example: QueryParams(ctx, "select $1::int + 1", "41") returns
+// [][][]byte{{[]byte("42")}}.
+func (c *Conn) QueryParams(ctx context.Context, sql string, args ...string) ([][][]byte, error) {
+	if strings.IndexByte(sql, 0) >= 0 {
+		return nil, errors.New("query text contains a NUL byte")
+	}
+	params := make([][]byte, len(args))
+	for i, a := range args {
+		params[i] = []byte(a)
+	}
+	buf, err := wire.Append(nil, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{Parameters: params}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	if err != nil {
+		return nil, err
+	}
+	return c.query(ctx, sql, buf)
+}
+
+// query sends msgs and collects the rows of the answer under ctx (Query).
+func (c *Conn) query(ctx context.Context, sql string, msgs []byte) ([][][]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -61,7 +91,7 @@ func (c *Conn) Query(ctx context.Context, sql string) ([][][]byte, error) {
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	var rows [][][]byte
-	err := c.simpleQuery(sql, nil, func(body []byte) error {
+	err := c.roundTrip(msgs, sql, nil, func(body []byte) error {
 		row, err := decodeDataRow(body)
 		if err == nil {
 			rows = append(rows, row)
@@ -107,7 +137,14 @@ func (c *Conn) Terminate(timeout time.Duration) error {
 // call and marks the connection broken. The caller sets the deadline.
 func (c *Conn) simpleQuery(sql string, onStatus func(*pgproto3.ParameterStatus), onRow func([]byte) error) error {
 	buf, _ := (&pgproto3.Query{String: sql}).Encode(nil)
-	if _, err := c.W.Write(buf); err != nil {
+	return c.roundTrip(buf, sql, onStatus, onRow)
+}
+
+// roundTrip writes msgs (a Query, or an extended-protocol batch ending
+// with Sync) and reads the answer up to ReadyForQuery, as simpleQuery
+// describes; sql names the statement in errors.
+func (c *Conn) roundTrip(msgs []byte, sql string, onStatus func(*pgproto3.ParameterStatus), onRow func([]byte) error) error {
+	if _, err := c.W.Write(msgs); err != nil {
 		c.broken = true
 		return err
 	}
