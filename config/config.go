@@ -70,6 +70,17 @@ type Server struct {
 	TLSKeyFile  string `toml:"tls_key_file"`
 	// BackendTLSMode is TLSDisable, TLSPrefer or TLSRequire (proxy to servers).
 	BackendTLSMode string `toml:"backend_tls_mode"`
+
+	// Timeouts (PgBouncer's names with _ms; docs/behaviour.md, "Timeouts
+	// and limits"). 0 disables each, except ServerLifetimeMS, where 0
+	// means a server connection is used once (as PgBouncer's
+	// server_lifetime = 0).
+	ClientLoginTimeoutMS     int `toml:"client_login_timeout_ms"`
+	QueryTimeoutMS           int `toml:"query_timeout_ms"`
+	IdleTransactionTimeoutMS int `toml:"idle_transaction_timeout_ms"`
+	ClientIdleTimeoutMS      int `toml:"client_idle_timeout_ms"`
+	ServerLifetimeMS         int `toml:"server_lifetime_ms"`
+	ServerIdleTimeoutMS      int `toml:"server_idle_timeout_ms"`
 }
 
 // Admin is the [admin] table.
@@ -168,9 +179,18 @@ type HA struct {
 // pg-kinetic extension (SPEC §2 is silent): how long a client waits for a
 // server connection of a full pool before it gets SQLSTATE 53300, like
 // PgBouncer's query_wait_timeout.
+//
+// MaxDBConnections and MaxUserConnections bound the server connections of
+// one server of the route (address and backend database) across users,
+// and per user; 0 is unlimited. MaxConcurrentDials bounds the logins in
+// progress to one server at once (a pg-kinetic extension: a storm of
+// clients waits for its turn instead of hitting the server all at once).
 type Pool struct {
-	Size             int `toml:"size"`
-	AcquireTimeoutMS int `toml:"acquire_timeout_ms"`
+	Size               int `toml:"size"`
+	AcquireTimeoutMS   int `toml:"acquire_timeout_ms"`
+	MaxDBConnections   int `toml:"max_db_connections"`
+	MaxUserConnections int `toml:"max_user_connections"`
+	MaxConcurrentDials int `toml:"max_concurrent_dials"`
 }
 
 // QueryClass is one [[routes.query_classes]] entry. Name is required;
@@ -201,6 +221,24 @@ func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
 // ShutdownTimeout is shutdown_timeout_ms.
 func (s Server) ShutdownTimeout() time.Duration { return ms(s.ShutdownTimeoutMS) }
+
+// ClientLoginTimeout is client_login_timeout_ms (0: none).
+func (s Server) ClientLoginTimeout() time.Duration { return ms(s.ClientLoginTimeoutMS) }
+
+// QueryTimeout is query_timeout_ms (0: none).
+func (s Server) QueryTimeout() time.Duration { return ms(s.QueryTimeoutMS) }
+
+// IdleTransactionTimeout is idle_transaction_timeout_ms (0: none).
+func (s Server) IdleTransactionTimeout() time.Duration { return ms(s.IdleTransactionTimeoutMS) }
+
+// ClientIdleTimeout is client_idle_timeout_ms (0: none).
+func (s Server) ClientIdleTimeout() time.Duration { return ms(s.ClientIdleTimeoutMS) }
+
+// ServerLifetime is server_lifetime_ms (0: a connection is used once).
+func (s Server) ServerLifetime() time.Duration { return ms(s.ServerLifetimeMS) }
+
+// ServerIdleTimeout is server_idle_timeout_ms (0: none).
+func (s Server) ServerIdleTimeout() time.Duration { return ms(s.ServerIdleTimeoutMS) }
 
 // AcquireTimeout is acquire_timeout_ms. Zero means wait without a limit, as
 // PgBouncer's query_wait_timeout = 0 does.

@@ -72,6 +72,10 @@ func TestDefaultsMatchSpec(t *testing.T) {
 			ShutdownTimeoutMS: 30000,
 			TLSMode:           "disable",
 			BackendTLSMode:    "disable",
+
+			ClientLoginTimeoutMS: 15000,
+			ServerLifetimeMS:     3600000,
+			ServerIdleTimeoutMS:  600000,
 		},
 		Admin:   Admin{Users: []string{"kinetic_admin"}},
 		Metrics: Metrics{Listen: "127.0.0.1:9930"},
@@ -89,7 +93,7 @@ func TestDefaultsMatchSpec(t *testing.T) {
 			ReadAfterWriteTimeoutMS: 750,
 		},
 		HA:   HA{ReplicaHealthIntervalMS: 2000, ReplicaHealthTimeoutMS: 750, FollowFailover: true},
-		Pool: Pool{Size: 20, AcquireTimeoutMS: 10000},
+		Pool: Pool{Size: 20, AcquireTimeoutMS: 10000, MaxConcurrentDials: 16},
 	}
 	if got := DefaultRoute(); !reflect.DeepEqual(got, wantRoute) {
 		t.Errorf("DefaultRoute() =\n%+v\nwant\n%+v", got, wantRoute)
@@ -543,6 +547,27 @@ func TestProblems(t *testing.T) {
 			{11, "routes[0].pool.acquire_timeout_ms", "must be at least 0"},
 			{16, "routes[1].ha.replica_health_timeout_ms", "must not exceed replica_health_interval_ms (1000)"},
 			{22, "routes[2].ha.verdict_ttl_ms", "must be 0 or at least replica_health_interval_ms + replica_health_timeout_ms (2750)"},
+		}},
+
+		// Timeouts and limits (issue 16).
+		{"timeouts and limits", withTail(usersTail,
+			"[server]", "client_login_timeout_ms = -1", "query_timeout_ms = -2", "idle_transaction_timeout_ms = -3",
+			"client_idle_timeout_ms = -4", "server_lifetime_ms = 9999999999", "server_idle_timeout_ms = -6",
+			"[[routes]]", `name = "a"`, `database = "a"`, `primary = { address = "h:1" }`,
+			"[routes.pool]", "max_db_connections = -1", "max_user_connections = -1", "max_concurrent_dials = 0",
+			"[[routes]]", `name = "b"`, `database = "b"`, `primary = { address = "h:1" }`,
+			"pool = { max_db_connections = 5, max_user_connections = 6 }",
+		), []want{
+			{2, "server.client_login_timeout_ms", "must be at least 0 (got -1)"},
+			{3, "server.query_timeout_ms", "must be at least 0 (got -2)"},
+			{4, "server.idle_transaction_timeout_ms", "must be at least 0 (got -3)"},
+			{5, "server.client_idle_timeout_ms", "must be at least 0 (got -4)"},
+			{6, "server.server_lifetime_ms", "must be at most 2147483647"},
+			{7, "server.server_idle_timeout_ms", "must be at least 0 (got -6)"},
+			{13, "routes[0].pool.max_db_connections", "must be at least 0 (got -1)"},
+			{14, "routes[0].pool.max_user_connections", "must be at least 0 (got -1)"},
+			{15, "routes[0].pool.max_concurrent_dials", "must be at least 1 (got 0)"},
+			{20, "routes[1].pool.max_user_connections", "must not exceed max_db_connections (5)"},
 		}},
 
 		// [[routes.query_classes]].

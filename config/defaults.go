@@ -33,6 +33,9 @@ const (
 	DefaultFollowFailover             = true
 	DefaultPoolSize                   = 20
 	DefaultAcquireTimeoutMS           = 10000
+	DefaultMaxDBConnections           = 0
+	DefaultMaxUserConnections         = 0
+	DefaultMaxConcurrentDials         = 16
 	DefaultReplicaWeight              = 1
 
 	// DefaultClassRouting applies to a [[routes.query_classes]] entry that
@@ -41,6 +44,16 @@ const (
 
 	DefaultRolloutStage   = 0
 	DefaultLagSLOWindowMS = 60000
+)
+
+// Defaults of the [server] timeouts (SPEC §2).
+const (
+	DefaultClientLoginTimeoutMS     = 15000
+	DefaultQueryTimeoutMS           = 0
+	DefaultIdleTransactionTimeoutMS = 0
+	DefaultClientIdleTimeoutMS      = 0
+	DefaultServerLifetimeMS         = 3600000
+	DefaultServerIdleTimeoutMS      = 600000
 )
 
 // Log levels and formats accepted by [log].
@@ -81,6 +94,13 @@ func Defaults() Config {
 			ReusePort:         DefaultReusePort,
 			TLSMode:           DefaultTLSMode,
 			BackendTLSMode:    DefaultBackendTLSMode,
+
+			ClientLoginTimeoutMS:     DefaultClientLoginTimeoutMS,
+			QueryTimeoutMS:           DefaultQueryTimeoutMS,
+			IdleTransactionTimeoutMS: DefaultIdleTransactionTimeoutMS,
+			ClientIdleTimeoutMS:      DefaultClientIdleTimeoutMS,
+			ServerLifetimeMS:         DefaultServerLifetimeMS,
+			ServerIdleTimeoutMS:      DefaultServerIdleTimeoutMS,
 		},
 		Admin:   Admin{Users: []string{DefaultAdminUser}},
 		Metrics: Metrics{Listen: DefaultMetricsListen},
@@ -112,7 +132,9 @@ func DefaultRoute() Route {
 			VerdictTTLMS:            DefaultVerdictTTLMS,
 			FollowFailover:          DefaultFollowFailover,
 		},
-		Pool: Pool{Size: DefaultPoolSize, AcquireTimeoutMS: DefaultAcquireTimeoutMS},
+		Pool: Pool{Size: DefaultPoolSize, AcquireTimeoutMS: DefaultAcquireTimeoutMS,
+			MaxDBConnections: DefaultMaxDBConnections, MaxUserConnections: DefaultMaxUserConnections,
+			MaxConcurrentDials: DefaultMaxConcurrentDials},
 	}
 }
 

@@ -175,6 +175,16 @@ func (v *validator) server() {
 	v.oneOf(p.key("pool_mode"), s.PoolMode, PoolModeSession, PoolModeTransaction)
 	v.intRange(p.key("max_client_conn"), int64(s.MaxClientConn), 1, maxInt)
 	v.intRange(p.key("shutdown_timeout_ms"), int64(s.ShutdownTimeoutMS), 0, maxInt)
+	for _, t := range []struct {
+		key string
+		val int
+	}{
+		{"client_login_timeout_ms", s.ClientLoginTimeoutMS}, {"query_timeout_ms", s.QueryTimeoutMS},
+		{"idle_transaction_timeout_ms", s.IdleTransactionTimeoutMS}, {"client_idle_timeout_ms", s.ClientIdleTimeoutMS},
+		{"server_lifetime_ms", s.ServerLifetimeMS}, {"server_idle_timeout_ms", s.ServerIdleTimeoutMS},
+	} {
+		v.intRange(p.key(t.key), int64(t.val), 0, maxInt)
+	}
 	v.oneOf(p.key("backend_tls_mode"), s.BackendTLSMode, TLSDisable, TLSPrefer, TLSRequire)
 	if !v.oneOf(p.key("tls_mode"), s.TLSMode, TLSDisable, TLSAllow, TLSRequire) || s.TLSMode == TLSDisable {
 		// Under "disable" the files are not used, so they are not checked.
@@ -287,8 +297,21 @@ func (v *validator) routes() {
 		v.ha(p.key("ha"), &r.HA)
 		v.intRange(p.keys("pool", "size"), int64(r.Pool.Size), 1, maxInt)
 		v.intRange(p.keys("pool", "acquire_timeout_ms"), int64(r.Pool.AcquireTimeoutMS), 0, maxInt)
+		v.poolLimits(p.key("pool"), &r.Pool)
 		v.queryClasses(p.key("query_classes"), r)
 	}
+}
+
+// poolLimits checks max_db_connections, max_user_connections and
+// max_concurrent_dials. A per-user limit above the per-server one can
+// never be reached: it is refused rather than silently meaningless.
+func (v *validator) poolLimits(p path, pl *Pool) {
+	okDB := v.intRange(p.key("max_db_connections"), int64(pl.MaxDBConnections), 0, maxInt)
+	okUser := v.intRange(p.key("max_user_connections"), int64(pl.MaxUserConnections), 0, maxInt)
+	if okDB && okUser && pl.MaxDBConnections > 0 && pl.MaxUserConnections > pl.MaxDBConnections {
+		v.problem(p.key("max_user_connections"), "must not exceed max_db_connections (%d)", pl.MaxDBConnections)
+	}
+	v.intRange(p.key("max_concurrent_dials"), int64(pl.MaxConcurrentDials), 1, maxInt)
 }
 
 // unique checks a required name that must not repeat across entries.
