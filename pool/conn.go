@@ -60,6 +60,13 @@ type Dialer struct {
 // Credentials are what the proxy presents to the server.
 type Credentials struct {
 	User, Password, Database string
+	// When Password is empty, a pass-through secret logs in instead
+	// (scramkey.go): SCRAM, the ClientKey a client proved for a
+	// verifier the server also holds; MD5, an "md5..." hash the server
+	// also holds, answering md5 authentication. Either fails with a
+	// PassThroughError when the server asks for something else.
+	SCRAM *SCRAMSecret
+	MD5   string
 	// Params are extra startup parameters (e.g. "replication"). Normal pooled
 	// connections carry none: client settings are applied after acquire so
 	// that DISCARD ALL returns a connection to a neutral state.

@@ -118,6 +118,10 @@ func isPort(s string) bool {
 // retryWithoutTLS: a prefer-mode login refused over TLS is tried again in
 // plaintext unless the refusal would be the same (pgconn's rule, kept).
 func retryWithoutTLS(err error) bool {
+	var pt *PassThroughError
+	if errors.As(err, &pt) {
+		return false // the secret, not the channel
+	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		return true
@@ -252,7 +256,7 @@ func login(c *Conn, cred Credentials, state *tls.ConnectionState) error {
 		return err
 	}
 	c.Params = map[string]string{}
-	var sasl *scramLogin
+	var sasl saslLogin
 	authenticated := false
 	var buf []byte
 	for {
@@ -269,20 +273,32 @@ func login(c *Conn, cred Credentials, state *tls.ConnectionState) error {
 			code := binary.BigEndian.Uint32(body)
 			switch code {
 			case authOK:
-				if sasl != nil && !sasl.done {
+				if sasl != nil && !sasl.finished() {
 					return errors.New("server accepted the SCRAM login before proving it knows the password")
 				}
 				authenticated = true
 			case authCleartext:
-				err = c.send(&pgproto3.PasswordMessage{Password: cred.Password})
+				if err = cred.needsPassword("a cleartext password"); err == nil {
+					err = c.send(&pgproto3.PasswordMessage{Password: cred.Password})
+				}
 			case authMD5:
 				var m pgproto3.AuthenticationMD5Password
-				if err = m.Decode(body); err == nil {
+				if err = m.Decode(body); err != nil {
+					break
+				}
+				if cred.Password == "" && cred.MD5 != "" {
+					err = c.send(&pgproto3.PasswordMessage{Password: md5HashAnswer(cred.MD5, m.Salt)})
+				} else if err = cred.needsPassword("md5 authentication"); err == nil {
 					err = c.send(&pgproto3.PasswordMessage{Password: md5Password(cred.User, cred.Password, m.Salt)})
 				}
 			case authSASL:
 				var m pgproto3.AuthenticationSASL
-				if err = m.Decode(body); err == nil {
+				if err = m.Decode(body); err != nil {
+					break
+				}
+				if cred.Password == "" && cred.SCRAM != nil {
+					sasl, err = startSCRAMKey(c, cred.User, cred.SCRAM, m.AuthMechanisms, state)
+				} else if err = cred.needsPassword("SCRAM-SHA-256 authentication"); err == nil {
 					sasl, err = startSCRAM(c, cred.Password, m.AuthMechanisms, state)
 				}
 			case authSASLContinue, authSASLFinal:
@@ -366,6 +382,36 @@ func md5Password(user, password string, salt [4]byte) string {
 	outer := md5.Sum(append([]byte(h), salt[:]...))
 	return "md5" + hex.EncodeToString(outer[:])
 }
+
+// needsPassword fails with a PassThroughError when the server asks for
+// method and cred has only a pass-through secret that cannot answer it.
+// Credentials with neither a password nor a secret send the empty
+// password as they always did.
+func (cred *Credentials) needsPassword(method string) error {
+	var have string
+	switch {
+	case cred.Password != "":
+		return nil
+	case cred.SCRAM != nil:
+		have = "the client's SCRAM key (the [[users]] secret is a SCRAM verifier)"
+	case cred.MD5 != "":
+		have = "an md5 hash (the [[users]] secret)"
+	default:
+		return nil
+	}
+	return &PassThroughError{User: cred.User, Reason: "the server asks for " + method + " and kineticd holds only " + have + "; set backend_password"}
+}
+
+// saslLogin is a SCRAM exchange in progress: scramLogin (a password) or
+// scramKeyLogin (a pass-through ClientKey).
+type saslLogin interface {
+	step(c *Conn, code uint32, data []byte) error
+	// finished reports whether the server's signature was verified.
+	finished() bool
+}
+
+func (s *scramLogin) finished() bool    { return s.done }
+func (s *scramKeyLogin) finished() bool { return s.done }
 
 // scramLogin is the client side of one SCRAM-SHA-256 exchange: after
 // SASLInitialResponse it expects AuthenticationSASLContinue, then

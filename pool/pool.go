@@ -38,6 +38,15 @@ type Options struct {
 	// holder tracks what each connection carries in Conn.State and brings
 	// it in line on the next use). ReleaseReset still resets.
 	NoReset bool
+	// Lifetime: a connection older than this is closed when released or
+	// found idle (server_lifetime_ms); 0 = no limit.
+	Lifetime time.Duration
+	// IdleTimeout: Sweep closes connections idle longer than this
+	// (server_idle_timeout_ms); 0 = no limit.
+	IdleTimeout time.Duration
+	// Limits count the pool's connections with the other pools of its
+	// Manager to the same server (ignored by a pool made with New).
+	Limits Limits
 }
 
 // Stats is a point-in-time view of a pool.
@@ -255,7 +264,8 @@ func sameOptions(a, b Options) bool {
 		return false
 	}
 	ca, cb := a.Credentials, b.Credentials
-	if ca.User != cb.User || ca.Password != cb.Password || ca.Database != cb.Database || len(ca.Params) != len(cb.Params) {
+	if ca.User != cb.User || ca.Password != cb.Password || ca.Database != cb.Database || len(ca.Params) != len(cb.Params) ||
+		ca.SCRAM != cb.SCRAM || ca.MD5 != cb.MD5 {
 		return false
 	}
 	for k, v := range ca.Params {
