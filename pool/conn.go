@@ -47,6 +47,8 @@ type Conn struct {
 	pool      *Pool
 	idleFrom  time.Time
 	broken    bool
+	born      time.Time // when the login finished (server_lifetime_ms)
+	counted   bool      // counted in the Manager's limits until closed
 }
 
 // Dialer opens server connections.

@@ -60,6 +60,7 @@ type Pool struct {
 	opts Options
 
 	slots chan struct{} // one token per connection that may exist
+	lim   *limiter      // the Manager's, nil for a pool made with New
 
 	mu      sync.Mutex
 	idle    []*Conn // LIFO: the most recently used connection is warmest
@@ -91,7 +92,7 @@ func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
 	// Fast path: a free slot, no timer.
 	select {
 	case p.slots <- struct{}{}:
-		return p.take(ctx)
+		return p.take(ctx, false)
 	default:
 	}
 	if p.opts.AcquireTimeout > 0 {
@@ -120,17 +121,18 @@ func (p *Pool) Acquire(ctx context.Context) (*Conn, error) {
 	p.mu.Lock()
 	p.waiting--
 	p.mu.Unlock()
-	return p.take(ctx)
+	return p.take(ctx, true)
 }
 
 // take hands out an idle connection or dials one; the caller holds a slot.
-func (p *Pool) take(ctx context.Context) (*Conn, error) {
+// timed: ctx already carries the acquire timeout.
+func (p *Pool) take(ctx context.Context, timed bool) (*Conn, error) {
 	p.mu.Lock()
 	for len(p.idle) > 0 {
 		c := p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
-		if (p.opts.CheckAfter == 0 || time.Since(c.idleFrom) >= p.opts.CheckAfter) && !c.alive() {
-			c.raw.Close()
+		if p.expired(c, time.Now()) || (p.opts.CheckAfter == 0 || time.Since(c.idleFrom) >= p.opts.CheckAfter) && !c.alive() {
+			p.closeConn(c)
 			continue
 		}
 		p.active++
@@ -145,7 +147,7 @@ func (p *Pool) take(ctx context.Context) (*Conn, error) {
 	p.active++
 	p.mu.Unlock()
 
-	c, err := p.opts.Dialer.Dial(ctx, p.key.Addr, p.opts.Credentials)
+	c, err := p.dial(ctx, timed)
 	if err != nil {
 		p.mu.Lock()
 		p.active--
@@ -155,6 +157,49 @@ func (p *Pool) take(ctx context.Context) (*Conn, error) {
 	}
 	c.pool = p
 	return c, nil
+}
+
+// dial opens a connection within the Manager's limits: it waits for room
+// under max_db_connections/max_user_connections, then for a dial slot,
+// both within the acquire timeout.
+func (p *Pool) dial(ctx context.Context, timed bool) (*Conn, error) {
+	if p.lim == nil {
+		c, err := p.opts.Dialer.Dial(ctx, p.key.Addr, p.opts.Credentials)
+		if err == nil {
+			c.born = time.Now()
+		}
+		return c, err
+	}
+	if !timed && p.opts.AcquireTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, p.opts.AcquireTimeout, ErrPoolTimeout)
+		defer cancel()
+	}
+	if err := p.lim.reserve(ctx, p); err != nil {
+		return nil, err
+	}
+	c, err := p.lim.dial(ctx, p)
+	if err != nil {
+		p.lim.release(p.key)
+		return nil, err
+	}
+	c.born = time.Now()
+	c.counted = true
+	return c, nil
+}
+
+// expired reports whether c has outlived the pool's Lifetime.
+func (p *Pool) expired(c *Conn, now time.Time) bool {
+	return p.opts.Lifetime > 0 && now.Sub(c.born) >= p.opts.Lifetime
+}
+
+// closeConn closes c and uncounts it from the Manager's limits.
+func (p *Pool) closeConn(c *Conn) {
+	c.raw.Close()
+	if c.counted {
+		c.counted = false
+		p.lim.release(p.key)
+	}
 }
 
 // Release makes c available again, after ResetQuery unless the pool has
@@ -187,11 +232,15 @@ func (p *Pool) Discard(c *Conn) {
 }
 
 func (p *Pool) put(c *Conn) {
+	// A connection past its lifetime is closed; so is one another pool
+	// waits for room for (max_db_connections), unless this pool has
+	// callers waiting for it.
+	closeIt := c.broken || p.expired(c, time.Now()) || p.lim != nil && p.lim.waitingFor(p.key) && p.Stats().Waiting == 0
 	p.mu.Lock()
 	p.active--
-	if c.broken || p.closed {
+	if closeIt || p.closed {
 		p.mu.Unlock()
-		c.raw.Close()
+		p.closeConn(c)
 	} else {
 		c.idleFrom = time.Now()
 		p.idle = append(p.idle, c)
@@ -215,8 +264,48 @@ func (p *Pool) Close() {
 	p.idle = nil
 	p.mu.Unlock()
 	for _, c := range idle {
-		c.raw.Close()
+		p.closeConn(c)
 	}
+}
+
+// Sweep closes the idle connections past the pool's IdleTimeout or
+// Lifetime at now (server_idle_timeout_ms; the proxy's janitor calls it).
+func (p *Pool) Sweep(now time.Time) {
+	if p.opts.IdleTimeout <= 0 && p.opts.Lifetime <= 0 {
+		return
+	}
+	var doomed []*Conn
+	p.mu.Lock()
+	kept := p.idle[:0]
+	for _, c := range p.idle {
+		if p.expired(c, now) || p.opts.IdleTimeout > 0 && now.Sub(c.idleFrom) >= p.opts.IdleTimeout {
+			doomed = append(doomed, c)
+		} else {
+			kept = append(kept, c)
+		}
+	}
+	for i := len(kept); i < len(p.idle); i++ {
+		p.idle[i] = nil
+	}
+	p.idle = kept
+	p.mu.Unlock()
+	for _, c := range doomed {
+		p.closeConn(c)
+	}
+}
+
+// closeOldestIdle closes the connection idle longest, if any.
+func (p *Pool) closeOldestIdle() bool {
+	p.mu.Lock()
+	if len(p.idle) == 0 {
+		p.mu.Unlock()
+		return false
+	}
+	c := p.idle[0]
+	p.idle = append(p.idle[:0], p.idle[1:]...)
+	p.mu.Unlock()
+	p.closeConn(c)
+	return true
 }
 
 // Manager finds or creates the pool of a Key. Safe for concurrent use.
@@ -224,10 +313,15 @@ type Manager struct {
 	mu     sync.Mutex
 	pools  map[Key]*Pool
 	closed bool
+	lim    *limiter // counts the pools' connections per server (limits.go)
 }
 
 // NewManager returns an empty Manager.
-func NewManager() *Manager { return &Manager{pools: map[Key]*Pool{}} }
+func NewManager() *Manager {
+	m := &Manager{pools: map[Key]*Pool{}, lim: newLimiter()}
+	m.lim.evict = m.evict
+	return m
+}
 
 // Get returns the pool of key, creating it with opts if it does not exist.
 // When opts differ from the existing pool's (a reload changed the size, a
@@ -248,6 +342,7 @@ func (m *Manager) Get(key Key, opts Options) (*Pool, error) {
 	}
 	if !ok {
 		p = New(key, opts)
+		p.lim = m.lim
 		m.pools[key] = p
 	}
 	return p, nil
@@ -261,6 +356,9 @@ func sameOptions(a, b Options) bool {
 		b.Size = 1
 	}
 	if a.Size != b.Size || a.AcquireTimeout != b.AcquireTimeout || a.ResetQuery != b.ResetQuery || a.NoReset != b.NoReset || a.CheckAfter != b.CheckAfter || a.Dialer != b.Dialer {
+		return false
+	}
+	if a.Lifetime != b.Lifetime || a.IdleTimeout != b.IdleTimeout || a.Limits != b.Limits {
 		return false
 	}
 	ca, cb := a.Credentials, b.Credentials

@@ -303,11 +303,30 @@ func (ss *session) pool(addr string, connectTimeout time.Duration) (*pool.Pool, 
 		NoReset:        ss.txPool,
 		CheckAfter:     ss.checkAfter(),
 		Dialer:         pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: connectTimeout},
+		Lifetime:       serverLifetime(ss.cfg.Server),
+		IdleTimeout:    ss.cfg.Server.ServerIdleTimeout(),
+		Limits: pool.Limits{MaxDB: ss.route.Pool.MaxDBConnections, MaxUser: ss.route.Pool.MaxUserConnections,
+			MaxDials: ss.route.Pool.MaxConcurrentDials},
 	})
+}
+
+// serverLifetime is the pools' Lifetime for server_lifetime_ms, where 0
+// means a connection is used once (PgBouncer's server_lifetime = 0): every
+// connection is older than a nanosecond when it is released.
+func serverLifetime(s config.Server) time.Duration {
+	if s.ServerLifetimeMS == 0 {
+		return time.Nanosecond
+	}
+	return s.ServerLifetime()
 }
 
 func (ss *session) connectError(addr string, err error) error {
 	switch {
+	case errors.Is(err, pool.ErrLimitTimeout):
+		return &clientError{severity: "FATAL", code: codeTooManyConnections,
+			message: "pg-kinetic: no server connection became free in time",
+			detail: fmt.Sprintf("server %s stayed at max_db_connections (%d), max_user_connections (%d) or max_concurrent_dials (%d) for acquire_timeout_ms",
+				addr, ss.route.Pool.MaxDBConnections, ss.route.Pool.MaxUserConnections, ss.route.Pool.MaxConcurrentDials)}
 	case errors.Is(err, pool.ErrPoolTimeout):
 		return &clientError{severity: "FATAL", code: codeTooManyConnections,
 			message: "pg-kinetic: no server connection became free in time",

@@ -136,11 +136,16 @@ func New(opts Options) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopMon = cancel
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		s.monitor(ctx)
 	}()
+	go func() {
+		defer s.wg.Done()
+		s.janitor(ctx) // janitor.go
+	}()
+	s.registerDialMetrics()
 	return s, nil
 }
 

@@ -58,6 +58,9 @@ type Params struct {
 	// (main, ...) on one shared cluster, and a shared rollout row left by
 	// one test would roll back the next one's routes.
 	RolloutShared bool
+	// ServerExtra is appended inside [server] (timeouts), PoolExtra
+	// inside [routes.pool] (limits).
+	ServerExtra, PoolExtra string
 }
 
 const tmpl = `# rendered by kinetictest
@@ -66,6 +69,7 @@ listen = "{{.Listen}}"
 pool_mode = "{{.PoolMode}}"
 max_client_conn = {{.MaxClientConn}}
 shutdown_timeout_ms = {{.ShutdownTimeout}}
+{{.ServerExtra}}
 tls_mode = "{{.TLSMode}}"
 tls_cert_file = "{{.TLSCert}}"
 tls_key_file = "{{.TLSKey}}"
@@ -112,6 +116,7 @@ replica_health_timeout_ms = 200
 [routes.pool]
 size = {{.PoolSize}}
 acquire_timeout_ms = {{.AcquireTimeout}}
+{{.PoolExtra}}
 {{.Extra}}
 `
 
