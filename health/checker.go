@@ -136,6 +136,28 @@ type loop struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed after the loop's last publication and Forget
 	hurry  chan struct{} // capacity 1: a pending Hurry
+	// standbyTL is the highest timeline the server reported as a standby
+	// in its current run (standbySince, its pg_postmaster_start_time()).
+	// Guarded by Checker.mu.
+	standbyTL    uint32
+	standbySince time.Time
+}
+
+// keepStandbyTimeline returns the timeline to record for a standby probed
+// by l: a standby's replay timeline never goes down while it runs, but
+// what a probe sees of it may. Without a WAL receiver (streaming broke
+// off, as when its primary dies) or without pg_read_all_stats, the probe
+// falls back to the timeline of the standby's latest restartpoint, which
+// may be one or more timelines behind. Within one run of the server
+// (same start time) the highest timeline seen stands; a restart (a
+// rewind, a re-clone) starts afresh. Guarded by Checker.mu.
+func (l *loop) keepStandbyTimeline(tl uint32, started time.Time) uint32 {
+	if started.IsZero() || !started.Equal(l.standbySince) {
+		l.standbyTL, l.standbySince = tl, started
+		return tl
+	}
+	l.standbyTL = max(l.standbyTL, tl)
+	return l.standbyTL
 }
 
 // routeState is what the Checker knows about a route's configured primary,
@@ -160,6 +182,33 @@ type routeState struct {
 // reset forgets the primary's history: its positions no longer continue it
 // (another cluster, timeline or server, or a position that went backwards).
 func (r *routeState) reset() { r.history, r.seen = r.history[:0], r.seen[:0] }
+
+// carryHistory starts lag measurement against a newly elected primary
+// whose verdict is v (ok: there is one). When v is a primary of the same
+// system on a later timeline whose history names the switch point of the
+// route's previous timeline, the previous primary's samples up to that
+// point stay: that WAL is the new timeline's too, so a standby that has
+// not yet switched timelines still has a measurable lag (until the new
+// primary's first samples, it would have none, and its reads would be
+// refused while no primary serves them). Samples past the switch point
+// were never on the new timeline and go. Otherwise lag starts afresh.
+func (r *routeState) carryHistory(v Verdict, ok bool) {
+	sp, found := uint64(0), false
+	if ok && v.Reachable && v.Detected == RolePrimary && v.SystemID == r.sysID && r.timeline != 0 && v.Timeline > r.timeline {
+		sp, found = v.History.SwitchPoint(r.timeline)
+	}
+	if !found {
+		r.timeline = 0
+		r.reset()
+		return
+	}
+	n := 0
+	for n < len(r.history) && r.history[n].LSN <= sp {
+		n++
+	}
+	r.history, r.seen = r.history[:n], r.seen[:n]
+	r.timeline = v.Timeline
+}
 
 // NewChecker starts one probe loop per target; each probes at once. It
 // panics when opts.Prober is nil, a programming error.
@@ -499,8 +548,12 @@ func (c *Checker) record(l *loop, at time.Time, probed Verdict, err error) {
 		v.StartedAt = probed.StartedAt
 		if v.Detected == RolePrimary {
 			v.CurrentLSN, v.History = probed.CurrentLSN, probed.History
+			l.standbyTL, l.standbySince = 0, time.Time{}
 		} else {
 			v.ReceiveLSN, v.ReplayLSN = probed.ReceiveLSN, probed.ReplayLSN
+			if v.Detected == RoleStandby && v.Timeline != 0 {
+				v.Timeline = l.keepStandbyTimeline(v.Timeline, v.StartedAt)
+			}
 		}
 	}
 	var notes []func()
@@ -626,9 +679,9 @@ func (c *Checker) electLocked(route string, rs *routeState) (func(), bool) {
 	rs.election = e
 	if e.Primary != "" && e.Primary != rs.primary {
 		rs.primary = e.Primary
-		rs.timeline = 0
-		rs.reset()
-		if v, ok := c.verdicts[e.Primary]; ok {
+		v, ok := c.verdicts[e.Primary]
+		rs.carryHistory(v, ok)
+		if ok {
 			c.observePrimaryLocked(rs, v, c.clock())
 		}
 	}
@@ -701,7 +754,15 @@ func (c *Checker) deriveLocked(v Verdict) Verdict {
 		return v
 	}
 	if rs.timeline != 0 && v.Timeline != 0 && v.Timeline != rs.timeline {
-		return v // positions on different timelines do not compare
+		// Positions on different timelines do not compare, except a
+		// standby still on an ancestor of the primary's timeline that has
+		// not replayed past its switch point: all it has is the primary's
+		// history too (it may switch timelines yet, or be stuck there: its
+		// lag then grows as the primary writes).
+		sp, ok := c.primaryHistoryLocked(rs).SwitchPoint(v.Timeline)
+		if !ok || v.ReplayLSN > sp {
+			return v
+		}
 	}
 	// The samples recorded by the time this probe began: read before it.
 	n, _ := slices.BinarySearchFunc(rs.seen, v.ProbedAt, func(e, t time.Time) int {
@@ -712,6 +773,15 @@ func (c *Checker) deriveLocked(v Verdict) Verdict {
 	})
 	v.LagBytes, v.LagMS = EstimateLag(rs.history[:n], v.ReplayLSN, v.ProbedAt)
 	return v
+}
+
+// primaryHistoryLocked returns the timeline history rs's primary last
+// reported (nil when none). c.mu is held.
+func (c *Checker) primaryHistoryLocked(rs *routeState) *TimelineHistory {
+	if v, ok := c.verdicts[rs.primary]; ok && v.Detected == RolePrimary && v.Timeline == rs.timeline {
+		return v.History
+	}
+	return nil
 }
 
 // publishLocked swaps in a snapshot of the current verdicts and wakes the

@@ -140,3 +140,96 @@ func TestCheckerFollowsFailover(t *testing.T) {
 		t.Fatalf("old primary rewound: %+v, want a standby with lag 0", v)
 	}
 }
+
+// TestCheckerLagAcrossFailover: while the primary is down and after a new
+// one is elected, a standby keeps a measurable lag. Its probe may fall
+// back to the timeline of its latest restartpoint once its WAL receiver
+// stops (an older timeline than it is on): within one run of the server
+// the highest timeline seen stands. After the election, a standby still
+// on the previous timeline and not past its switch point is judged
+// against the previous primary's samples up to that point; past it, its
+// lag is unknown (it may hold WAL the new timeline never had).
+func TestCheckerLagAcrossFailover(t *testing.T) {
+	targets := []Target{
+		{Route: "main", Addr: addrA, Configured: RolePrimary},
+		standbyTarget(addrB),
+		standbyTarget(addrC),
+	}
+	run1 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	prim := func(tl uint32, lsn uint64, h *TimelineHistory) answer {
+		return answer{role: RolePrimary, sysID: primaryOK.sysID, tl: tl, current: lsn, started: run1, history: h}
+	}
+	stby := func(tl uint32, lsn uint64, started time.Time) answer {
+		return answer{role: RoleStandby, sysID: standbyOK.sysID, tl: tl, receive: lsn, replay: lsn, started: started}
+	}
+	c, p, clock := testChecker(t, Options{Targets: targets, FollowFailover: true, MaxBackoff: time.Second},
+		map[string]answer{addrA: prim(2, 900, nil), addrB: stby(2, 900, run1), addrC: stby(2, 900, run1)})
+	start := clock.Now()
+	for _, a := range []string{addrA, addrB, addrC} {
+		waitVerdict(t, c, a, start)
+	}
+	step := func(answers map[string]answer) *Snapshot {
+		t.Helper()
+		for a, ans := range answers {
+			p.set(a, ans)
+		}
+		t0 := clock.Now()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			s := c.Snapshot()
+			done := true
+			for _, a := range []string{addrA, addrB, addrC} {
+				if v, ok := s.Get(a); !ok || !v.ProbedAt.After(t0) {
+					done = false
+				}
+			}
+			if done {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not every server was probed after %v: %+v", t0, s.All())
+			}
+			clock.Advance(10 * time.Millisecond)
+			time.Sleep(time.Millisecond)
+		}
+	}
+	step(map[string]answer{addrA: prim(2, 1000, nil), addrB: stby(2, 1000, run1)})
+	// The primary dies; the standbys' receivers stop, and their probes
+	// fall back to a restartpoint on timeline 1.
+	s := step(map[string]answer{addrA: unreachable, addrB: stby(1, 1000, run1), addrC: stby(1, 900, run1)})
+	if v, _ := s.Get(addrB); v.Timeline != 2 || v.LagMS != 0 {
+		t.Fatalf("standby B during the outage: timeline %d lag %d ms, want timeline 2 (kept) and lag 0", v.Timeline, v.LagMS)
+	}
+	if v, _ := s.Get(addrC); v.Timeline != 2 || v.LagMS < 0 || v.LagBytes != 100 {
+		t.Fatalf("standby C during the outage: timeline %d lag %d ms %d bytes, want timeline 2 and a known lag of 100 bytes", v.Timeline, v.LagMS, v.LagBytes)
+	}
+	// A restarted standby (another start time) starts afresh.
+	run2 := run1.Add(time.Hour)
+	s = step(map[string]answer{addrC: stby(1, 900, run2)})
+	if v, _ := s.Get(addrC); v.Timeline != 1 {
+		t.Fatalf("restarted standby C: timeline %d, want the 1 it reports", v.Timeline)
+	}
+	// B is promoted to timeline 3, leaving timeline 2 at 1000; C, still on
+	// timeline 2 at 900, has not switched yet: its lag is measured.
+	h3, err := ParseTimelineHistory(3, "1\t0/100\tx\n2\t0/3E8\tx\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = step(map[string]answer{addrB: prim(3, 1100, h3), addrC: stby(2, 900, run2)})
+	if e, _ := s.Election("main"); e.Primary != addrB || e.Timeline != 3 {
+		t.Fatalf("election %+v, want %s on timeline 3", e, addrB)
+	}
+	if v, _ := s.Get(addrC); v.LagMS < 0 || v.LagBytes != 200 {
+		t.Fatalf("standby C on timeline 2 below the switch point: lag %d ms %d bytes, want known, 200 bytes", v.LagMS, v.LagBytes)
+	}
+	// C past timeline 2's switch point while still on it: diverged WAL.
+	s = step(map[string]answer{addrC: stby(2, 1050, run2)})
+	if v, _ := s.Get(addrC); v.LagMS != -1 || v.LagBytes != -1 {
+		t.Fatalf("standby C past the switch point on timeline 2: lag %d ms %d bytes, want unknown", v.LagMS, v.LagBytes)
+	}
+	// C follows timeline 3 and catches up.
+	s = step(map[string]answer{addrC: stby(3, 1100, run2)})
+	if v, _ := s.Get(addrC); v.LagMS != 0 || v.Timeline != 3 {
+		t.Fatalf("standby C on timeline 3: timeline %d lag %d ms, want 3 and 0", v.Timeline, v.LagMS)
+	}
+}

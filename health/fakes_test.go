@@ -86,6 +86,8 @@ type answer struct {
 	tl                       uint32
 	current, receive, replay uint64
 	paused                   bool
+	started                  time.Time        // pg_postmaster_start_time()
+	history                  *TimelineHistory // a primary's
 
 	gate chan struct{} // when set, the probe waits for it to be closed (or its context to end)
 }
@@ -177,7 +179,7 @@ func (p *fakeProber) Probe(ctx context.Context, addr string) (Verdict, error) {
 	// A prober does not derive lag or identity: whatever it says there is
 	// overwritten by the Checker.
 	return Verdict{Detected: a.role, SystemID: a.sysID, Timeline: a.tl, CurrentLSN: a.current, ReceiveLSN: a.receive,
-		ReplayLSN: a.replay, ReplayPaused: a.paused, LagBytes: 12345, LagMS: 12345, IdentityMismatch: true}, nil
+		ReplayLSN: a.replay, ReplayPaused: a.paused, StartedAt: a.started, History: a.history, LagBytes: 12345, LagMS: 12345, IdentityMismatch: true}, nil
 }
 
 // most returns the most probes of addr that ever ran at once.

@@ -972,7 +972,14 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 				if ce, ok := err.(*clientError); ok && ce.severity == "FATAL" {
 					return nil, ce // the session ends (a primary change under its transaction)
 				}
-				return nil, ss.failUnit(errorResponse(err), open)
+				e := errorResponse(err)
+				if u.read && d.reason != "" {
+					// A read no replica could serve: say why it needed
+					// the primary.
+					e.Detail = strings.TrimPrefix(e.Detail+"; ", "; ") + "the read needed the primary: " + d.reason
+					ss.setLastRoute(targetRejected, d.reason, "", "")
+				}
+				return nil, ss.failUnit(e, open)
 			}
 		} else {
 			var err error

@@ -61,7 +61,7 @@ func startNewSessionReads(ctx context.Context, t *testing.T, dsn, sql string) *n
 			if err != nil {
 				r.refused.Add(1)
 				r.mu.Lock()
-				r.refusals = append(r.refusals, err.Error())
+				r.refusals = append(r.refusals, time.Now().UTC().Format("15:04:05.000")+" "+err.Error())
 				r.mu.Unlock()
 			}
 			time.Sleep(20 * time.Millisecond) // a steady trickle, not a storm
