@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,10 +29,14 @@ import (
 const (
 	defaultSeconds   = 20
 	defaultSessions  = 16
-	opTimeout        = 10 * time.Second // a hang guard per statement, not a timing assertion
-	boardSize        = 256              // published (session, seq, token) entries kept
-	routeSampleOneIn = 4                // SHOW pg_kinetic.last_route after 1 read in N
+	boardSize        = 256 // published (session, seq, token) entries kept
+	routeSampleOneIn = 4   // SHOW pg_kinetic.last_route after 1 read in N
 )
+
+// opTimeout is a hang guard per statement, not a timing assertion. The soak
+// lengthens it (soakOpTimeout): a machine shared with other work can stall
+// a statement for seconds under 1,000 clients without anything hanging.
+var opTimeout = 10 * time.Second
 
 // TestConsistencyUnderFaults is the consistency checker (issue 4, item 9).
 //
@@ -214,6 +219,13 @@ type harness struct {
 	sessions    int
 	portName    map[int]string
 	start       time.Time
+
+	// The soak (soak_test.go) sets these; the checker leaves them zero.
+	thinkMin, thinkMax time.Duration // a pause before each step, uniform in [thinkMin, thinkMax)
+	keepRecs           int           // > 0: a worker keeps about its last keepRecs records
+	// onError, when set, is told of every failed operation (concurrently).
+	onError func(r record, code string)
+	stmts   atomic.Int64 // operations attempted (records made), failures included
 
 	mu         sync.Mutex
 	board      []boardEntry // ring of published tokens
@@ -402,12 +414,25 @@ func (w *worker) history() []record {
 
 func (w *worker) run(ctx context.Context) {
 	for ctx.Err() == nil {
+		if w.h.thinkMax > 0 {
+			think := w.h.thinkMin + rand.N(w.h.thinkMax-w.h.thinkMin)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(think):
+			}
+		}
 		if w.conn == nil {
 			if !w.connect(ctx) {
 				return
 			}
 		}
+		n := len(w.recs)
 		w.step()
+		w.h.stmts.Add(int64(len(w.recs) - n))
+		if k := w.h.keepRecs; k > 0 && len(w.recs) > 2*k {
+			w.recs = slices.Clone(w.recs[len(w.recs)-k:])
+		}
 	}
 }
 
@@ -447,6 +472,9 @@ func (w *worker) failed(r record, err error) {
 		w.st.errFirst[key] = violation{kind: "error " + key, session: w.id, rec: r, why: "the statement failed", history: w.history()}
 	}
 	w.recs = append(w.recs, r)
+	if w.h.onError != nil {
+		w.h.onError(r, code)
+	}
 	if w.conn != nil && w.conn.IsClosed() {
 		w.conn.Close(context.Background())
 		w.conn = nil
@@ -684,14 +712,20 @@ func routeWords(route string) (target, reason string) {
 
 type faultRecord struct {
 	at     time.Duration
-	kind   string // pause, resume, restart, none
+	end    time.Duration // when the action returned
+	kind   string        // pause, resume, restart, none; cut, kill with faultLoop.cut
 	server string
 	down   time.Duration // restart: time between stop and start
 	err    string
 }
 
 type faultLoop struct {
-	h      *harness
+	h *harness
+	// cut adds two faults (the soak sets it; the checker's schedule for a
+	// seed is unchanged without it): cut terminates every app-user backend
+	// on a random server, the primary included (kineticd's pooled server
+	// connections and probes); kill SIGKILLs a standby and starts it again.
+	cut    bool
 	rng    *rand.Rand
 	paused map[*pgtest.Server]bool
 	counts map[string]int
@@ -712,7 +746,11 @@ func (f *faultLoop) run(ctx context.Context) {
 		rec := faultRecord{at: f.h.since(), server: s.Name}
 		fctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		var err error
-		switch f.rng.IntN(4) {
+		kinds := 4
+		if f.cut {
+			kinds = 6
+		}
+		switch f.rng.IntN(kinds) {
 		case 0:
 			rec.kind = "pause"
 			err = s.PauseReplay(fctx)
@@ -741,11 +779,32 @@ func (f *faultLoop) run(ctx context.Context) {
 				err = s.Start(fctx)
 			}
 			f.paused[s] = false // a restarted standby replays again
+		case 4:
+			rec.kind = "cut"
+			all := append([]*pgtest.Server{f.h.cl.Primary}, standbys...)
+			s = all[f.rng.IntN(len(all))]
+			rec.server = s.Name
+			if s.Running() {
+				err = s.Exec(fctx, "select pg_terminate_backend(pid) from pg_stat_activity where usename = '"+pgtest.AppUser+"' and pid <> pg_backend_pid()")
+			}
+		case 5:
+			rec.kind = "kill"
+			down := time.Duration(f.rng.IntN(800)) * time.Millisecond
+			rec.down = down
+			if s.Running() {
+				err = s.Kill()
+			}
+			if err == nil {
+				time.Sleep(down)
+				err = s.Start(fctx)
+			}
+			f.paused[s] = false
 		default:
 			rec.kind = "none"
 			rec.server = ""
 		}
 		cancel()
+		rec.end = f.h.since()
 		if err != nil {
 			rec.err = err.Error()
 			f.errs++
@@ -870,7 +929,7 @@ func (h *harness) report(workers []*worker, fl *faultLoop, elapsed time.Duration
 	var fb strings.Builder
 	for _, f := range h.faults {
 		fmt.Fprintf(&fb, "\n  t=%v %s %s", f.at.Round(time.Millisecond), f.kind, f.server)
-		if f.kind == "restart" {
+		if f.kind == "restart" || f.kind == "kill" {
 			fmt.Fprintf(&fb, " (down %v)", f.down)
 		}
 		if f.err != "" {
@@ -990,7 +1049,7 @@ func (h *harness) explain(v violation, workers []*worker) string {
 	for _, f := range h.faults {
 		if f.at >= v.rec.at-3*time.Second && f.at <= v.rec.at+500*time.Millisecond && f.kind != "none" {
 			fmt.Fprintf(&b, "\n    t=%v %s %s", f.at.Round(time.Millisecond), f.kind, f.server)
-			if f.kind == "restart" {
+			if f.kind == "restart" || f.kind == "kill" {
 				fmt.Fprintf(&b, " (down %v)", f.down)
 			}
 		}
