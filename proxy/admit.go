@@ -81,7 +81,7 @@ func (ss *session) uncount() {
 // the route) and reports whether the session goes on to relay.
 func (ss *session) start() bool {
 	nc := ss.conn
-	nc.SetDeadline(time.Now().Add(ss.srv.opts.loginTimeout))
+	nc.SetDeadline(ss.loginDeadline()) // timeouts.go
 	isCancel, err := ss.admit()
 	if isCancel || err == nil && ss.isKilled() {
 		return false
@@ -96,7 +96,7 @@ func (ss *session) start() bool {
 		return false
 	}
 	if err != nil {
-		ss.rejectStartup(err)
+		ss.rejectStartup(ss.loginTimedOut(err))
 		return false
 	}
 	ss.conn.SetDeadline(time.Time{})

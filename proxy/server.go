@@ -39,8 +39,7 @@ type Options struct {
 	// path as SIGHUP: validate, swap, Server.Reload).
 	Reload func() error
 
-	// loginTimeout bounds admission and authentication of one client
-	// (default 60 s, like PostgreSQL's authentication_timeout).
+	// loginTimeout, when set, replaces client_login_timeout_ms (tests).
 	loginTimeout time.Duration
 	// connectTimeout bounds dialling a server (default 10 s).
 	connectTimeout time.Duration
@@ -98,9 +97,6 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
-	}
-	if opts.loginTimeout == 0 {
-		opts.loginTimeout = 60 * time.Second
 	}
 	if opts.connectTimeout == 0 {
 		opts.connectTimeout = 10 * time.Second
