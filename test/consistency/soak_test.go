@@ -160,6 +160,11 @@ func TestSoak(t *testing.T) {
 	for _, f := range rep.failures {
 		t.Error(f)
 	}
+	if len(rep.failures) > 0 {
+		for _, s := range sp.servers {
+			t.Logf("%s's log, last 40 lines:\n%s", s.Name, pgtest.LogTail(s.LogFile, 40))
+		}
+	}
 	for i, v := range h.violations {
 		if i == 10 {
 			break
@@ -326,16 +331,24 @@ func (l *errLog) snapshot() []errEvent {
 	return append([]errEvent(nil), l.all...)
 }
 
-// explainErr returns the kind of the fault that explains e, or "".
-func explainErr(e errEvent, faults []faultRecord) string {
+// explainErr returns the fault that explains e ("KIND SERVER"), or "".
+// A fault explains an error only on a server the operation may have run
+// on: writes, SHOW pg_kinetic.write_lsn (its position capture) and logins
+// run on the primary, so only a fault of the primary explains them; a read
+// may run on any server.
+func explainErr(e errEvent, faults []faultRecord, primary string) string {
+	primaryOnly := e.kind == opWrite || e.kind == opShowToken || e.kind == opConnect
 	for i := len(faults) - 1; i >= 0; i-- {
 		f := faults[i]
 		if f.at > e.at || e.at > f.end+soakGrace {
 			continue
 		}
+		if primaryOnly && f.server != primary {
+			continue
+		}
 		for _, c := range soakAllowed[f.kind] {
 			if c == e.code {
-				return f.kind
+				return f.kind + " " + f.server
 			}
 		}
 	}
@@ -793,8 +806,8 @@ func buildSoakReport(sc soakConfig, h *harness, workers []*worker, fl *faultLoop
 	fmt.Fprintf(&b, "# Soak report\n\n")
 	fmt.Fprintf(&b, "Started %s, commit %s. kineticd (its own process) in transaction pooling, read_routing_mode prefer_replica, fallback_policy primary, pool %d per server, in front of a primary and 2 streaming standbys (PostgreSQL 15, test/pgtest). ",
 		h.start.UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(rev)), sc.poolSize)
-	fmt.Fprintf(&b, "%d clients (the consistency checker's sessions, think time %v–%v), the fault loop throughout, %d hostile clients a second. Seed %d. Load ran %v.\n\n",
-		sc.clients, h.thinkMin, h.thinkMax, sc.hostilePerSec, sc.seed, elapsed.Round(time.Second))
+	fmt.Fprintf(&b, "%d clients (the consistency checker's sessions, think time %v–%v), the fault loop throughout, %d hostile clients a second. Seed %d. Load ran %v (the last clients' statements ended %v after the %v deadline).\n\n",
+		sc.clients, h.thinkMin, h.thinkMax, sc.hostilePerSec, sc.seed, elapsed.Round(time.Second), max(elapsed-sc.duration, 0).Round(100*time.Millisecond), sc.duration)
 
 	names := []string{}
 	for _, s := range sp.servers {
@@ -896,7 +909,7 @@ func buildSoakReport(sc soakConfig, h *harness, workers []*worker, fl *faultLoop
 	var firstUnexplained []errEvent
 	for _, e := range el.snapshot() {
 		key := e.kind.String() + " " + e.code
-		if by := explainErr(e, faults); by != "" {
+		if by := explainErr(e, faults, h.cl.Primary.Name); by != "" {
 			explained[key+" ← "+by]++
 			continue
 		}
@@ -905,7 +918,7 @@ func buildSoakReport(sc soakConfig, h *harness, workers []*worker, fl *faultLoop
 			firstUnexplained = append(firstUnexplained, e)
 		}
 	}
-	fmt.Fprintf(&b, "\n## Errors\n\nEach fault kind may cause these classes up to %v after its action returned: ", soakGrace)
+	fmt.Fprintf(&b, "\n## Errors\n\nEach fault kind may cause these classes up to %v after its action returned, on the server it hit (writes, SHOW pg_kinetic.write_lsn and logins run on the primary: only a fault of the primary explains their errors): ", soakGrace)
 	kinds := make([]string, 0, len(soakAllowed))
 	for k := range soakAllowed {
 		kinds = append(kinds, k)
@@ -925,7 +938,18 @@ func buildSoakReport(sc soakConfig, h *harness, workers []*worker, fl *faultLoop
 
 	// Faults, hostile clients, violations, leaks.
 	fmt.Fprintf(&b, "\n## Faults and hostile clients\n\nFaults: %d %s (%d failed to apply). Hostile clients: %d %s.\n", len(faults), sortedCounts(fl.counts), fl.errs, hc.total(), sortedCounts(hc.counts))
-	fmt.Fprintf(&b, "\n## Consistency\n\n%d violations (read-your-writes, monotonic reads, tokens; the consistency checker's checks on every read).\n", len(violations))
+	vk := map[string]int{}
+	for _, v := range violations {
+		vk[v.kind]++
+	}
+	fmt.Fprintf(&b, "\n## Consistency\n\n%d violations %s (read-your-writes, monotonic reads, tokens; the consistency checker's checks on every read).\n", len(violations), sortedCounts(vk))
+	for i, v := range violations {
+		if i == 5 {
+			fmt.Fprintf(&b, "\n... and %d more (the test log has 10)\n", len(violations)-5)
+			break
+		}
+		fmt.Fprintf(&b, "\n```\n%s\n```\n", h.explain(v, workers))
+	}
 	fmt.Fprintf(&b, "\n## Server connections at the end\n\nAfter every client disconnected and the cluster healed (waited %v): ", leaks.waited.Round(100*time.Millisecond))
 	if leaks.ok {
 		fmt.Fprintf(&b, "%d leaked.\n\n", leaks.leaked)
