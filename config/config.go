@@ -12,6 +12,15 @@ const (
 	TLSAllow   = "allow"
 	TLSRequire = "require"
 	TLSPrefer  = "prefer" // backend_tls_mode only
+	// TLSVerifyCA and TLSVerifyFull (tls_mode only) require TLS and a
+	// client certificate signed by tls_ca_file; verify-full also requires
+	// the certificate's CN to name the user logging in (User.CertCN).
+	TLSVerifyCA   = "verify-ca"
+	TLSVerifyFull = "verify-full"
+
+	// Ways a [[users]] entry authenticates clients (User.Auth).
+	AuthPassword = "password"
+	AuthCert     = "cert"
 
 	RoutingOff            = "off"
 	RoutingPreferReplica  = "prefer_replica"
@@ -61,13 +70,20 @@ type Server struct {
 	// new kineticd can listen on the same addresses while the old one
 	// drains (docs/operations.md, "Zero-downtime restart").
 	ReusePort bool `toml:"reuse_port"`
-	// TLSMode is TLSDisable, TLSAllow or TLSRequire (client side).
+	// TLSMode is TLSDisable, TLSAllow, TLSRequire, TLSVerifyCA or
+	// TLSVerifyFull (client side).
 	TLSMode string `toml:"tls_mode"`
 	// TLSCertFile and TLSKeyFile are PEM files, required unless TLSMode is
 	// TLSDisable. Load resolves a relative path against the directory of
 	// the config file and stores the resolved path.
 	TLSCertFile string `toml:"tls_cert_file"`
 	TLSKeyFile  string `toml:"tls_key_file"`
+	// TLSCAFile is a PEM file of the CA certificates client certificates
+	// must chain to. When set (and TLSMode is not TLSDisable) the TLS
+	// handshake asks clients for a certificate and refuses one that does
+	// not verify; required by TLSVerifyCA, TLSVerifyFull and users with
+	// auth = AuthCert. Resolved like TLSCertFile.
+	TLSCAFile string `toml:"tls_ca_file"`
 	// BackendTLSMode is TLSDisable, TLSPrefer or TLSRequire (proxy to servers).
 	BackendTLSMode string `toml:"backend_tls_mode"`
 
@@ -89,6 +105,9 @@ type Admin struct {
 	// be the name of a [[users]] entry: admins authenticate like any client.
 	// An empty list disables the console.
 	Users []string `toml:"users"`
+	// RequireTLS refuses a console login (database AdminDatabase) over a
+	// connection without TLS, before authentication (FATAL 28000).
+	RequireTLS bool `toml:"require_tls"`
 }
 
 // Metrics is the [metrics] table.
@@ -109,11 +128,17 @@ type Log struct {
 // verifier or an "md5..." hash. BackendUser/BackendPassword are what kineticd
 // uses towards the servers; they default to Name/Password and are required
 // (password) when Password is a verifier or hash, since a hash cannot log in.
+//
+// Auth is AuthPassword (the default) or AuthCert: a cert user has no
+// Password; it logs in with a TLS client certificate that verifies against
+// [server] tls_ca_file and whose CN is CertCN (default: Name).
 type User struct {
 	Name            string `toml:"name"`     // required, unique
-	Password        string `toml:"password"` // required; see PasswordKind
+	Password        string `toml:"password"` // required unless Auth is AuthCert; see PasswordKind
 	BackendUser     string `toml:"backend_user"`
 	BackendPassword string `toml:"backend_password"` // always plaintext
+	Auth            string `toml:"auth"`
+	CertCN          string `toml:"cert_cn"`
 }
 
 // Route is one [[routes]] entry: the servers behind one client-visible
@@ -310,6 +335,26 @@ func (u *User) Backend() (user, password string) {
 		password = u.Password
 	}
 	return user, password
+}
+
+// CertName is the certificate Common Name that identifies u: cert_cn, or
+// the user's name when cert_cn is empty.
+func (u *User) CertName() string {
+	if u.CertCN != "" {
+		return u.CertCN
+	}
+	return u.Name
+}
+
+// RequiresTLS reports whether tls_mode refuses clients without TLS.
+func (s Server) RequiresTLS() bool {
+	return s.TLSMode == TLSRequire || s.ClientCertRequired()
+}
+
+// ClientCertRequired reports whether tls_mode requires every client to
+// present a certificate that verifies against tls_ca_file.
+func (s Server) ClientCertRequired() bool {
+	return s.TLSMode == TLSVerifyCA || s.TLSMode == TLSVerifyFull
 }
 
 // IsAdmin reports whether name is listed in [admin] users.

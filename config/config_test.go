@@ -365,7 +365,7 @@ func TestProblems(t *testing.T) {
 			"[log]", `level = "trace"`, `format = "text"`,
 		), []want{
 			{2, "server.pool_mode", `unknown value "statement"; want one of "session", "transaction"`},
-			{3, "server.tls_mode", `unknown value "prefer"; want one of "disable", "allow", "require"`},
+			{3, "server.tls_mode", `unknown value "prefer"; want one of "disable", "allow", "require", "verify-ca", "verify-full"`},
 			{4, "server.backend_tls_mode", `unknown value "allow"; want one of "disable", "prefer", "require"`},
 			{6, "log.level", `want one of "debug", "info", "warn", "error"`},
 			{7, "log.format", `want one of "json", "console"`},

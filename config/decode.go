@@ -45,6 +45,7 @@ var (
 	routeType    = reflect.TypeFor[Route]()
 	endpointType = reflect.TypeFor[Endpoint]()
 	classType    = reflect.TypeFor[QueryClass]()
+	userType     = reflect.TypeFor[User]()
 )
 
 // newElem returns the defaults an entry of an array of tables starts from.
@@ -57,6 +58,8 @@ func newElem(t reflect.Type) reflect.Value {
 		v.Set(reflect.ValueOf(DefaultReplica()))
 	case classType:
 		v.Set(reflect.ValueOf(DefaultClass()))
+	case userType:
+		v.Set(reflect.ValueOf(DefaultUser()))
 	}
 	return v
 }

@@ -12,6 +12,8 @@ const (
 	DefaultTLSMode           = TLSDisable
 	DefaultBackendTLSMode    = TLSDisable
 	DefaultAdminUser         = "kinetic_admin"
+	DefaultAdminRequireTLS   = false
+	DefaultUserAuth          = AuthPassword
 	DefaultMetricsListen     = "127.0.0.1:9930"
 	DefaultLogLevel          = "info"
 	DefaultLogFormat         = "json"
@@ -102,7 +104,7 @@ func Defaults() Config {
 			ServerLifetimeMS:         DefaultServerLifetimeMS,
 			ServerIdleTimeoutMS:      DefaultServerIdleTimeoutMS,
 		},
-		Admin:   Admin{Users: []string{DefaultAdminUser}},
+		Admin:   Admin{Users: []string{DefaultAdminUser}, RequireTLS: DefaultAdminRequireTLS},
 		Metrics: Metrics{Listen: DefaultMetricsListen},
 		Log:     Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 		Rollout: Rollout{Stage: DefaultRolloutStage, LagSLOWindowMS: DefaultLagSLOWindowMS, Shared: true},
@@ -140,6 +142,11 @@ func DefaultRoute() Route {
 
 // DefaultReplica returns the defaults of a [[routes.replicas]] entry.
 func DefaultReplica() Endpoint { return Endpoint{Weight: DefaultReplicaWeight} }
+
+// DefaultUser returns the defaults of a [[users]] entry: auth "password",
+// everything else empty (name and, for password users, password are
+// required).
+func DefaultUser() User { return User{Auth: DefaultUserAuth} }
 
 // DefaultClass returns the defaults of a [[routes.query_classes]] entry:
 // routing primary_only, stage 0, fallback_policy "" (inherit the route's),

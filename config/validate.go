@@ -2,6 +2,7 @@ package config
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -186,10 +187,11 @@ func (v *validator) server() {
 		v.intRange(p.key(t.key), int64(t.val), 0, maxInt)
 	}
 	v.oneOf(p.key("backend_tls_mode"), s.BackendTLSMode, TLSDisable, TLSPrefer, TLSRequire)
-	if !v.oneOf(p.key("tls_mode"), s.TLSMode, TLSDisable, TLSAllow, TLSRequire) || s.TLSMode == TLSDisable {
+	if !v.oneOf(p.key("tls_mode"), s.TLSMode, TLSDisable, TLSAllow, TLSRequire, TLSVerifyCA, TLSVerifyFull) || s.TLSMode == TLSDisable {
 		// Under "disable" the files are not used, so they are not checked.
 		return
 	}
+	v.caFile(p.key("tls_ca_file"), s)
 	certOK, keyOK := false, false
 	for _, f := range []struct {
 		key  string
@@ -209,7 +211,35 @@ func (v *validator) server() {
 	}
 }
 
+// caFile checks tls_ca_file: required by the verify modes, and when set a
+// PEM file holding at least one certificate.
+func (v *validator) caFile(p path, s *Server) {
+	if s.TLSCAFile == "" {
+		if s.ClientCertRequired() {
+			v.problem(p, "required when tls_mode is %q: client certificates are verified against it", s.TLSMode)
+		}
+		return
+	}
+	name := s.TLSCAFile
+	resolved, ok := v.file(p, name)
+	s.TLSCAFile = resolved
+	if !ok {
+		return
+	}
+	data, err := os.ReadFile(resolved)
+	if err != nil {
+		v.problem(p, "file %q: %v", name, err)
+		return
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(data) {
+		v.problem(p, "file %q holds no PEM certificate", name)
+	}
+}
+
 func (v *validator) admin() {
+	if v.cfg.Admin.RequireTLS && v.cfg.Server.TLSMode == TLSDisable {
+		v.problem(keys("admin", "require_tls"), "needs [server] tls_mode other than %q: no client could open the console (an empty [admin] users list disables it)", TLSDisable)
+	}
 	p := keys("admin", "users")
 	if v.bad[p.String()] {
 		return // wrong type: the default list is still in place
@@ -256,6 +286,16 @@ func (v *validator) users() {
 				first[u.Name] = p.key("name")
 			}
 		}
+		if !v.oneOf(p.key("auth"), u.Auth, AuthPassword, AuthCert) {
+			continue
+		}
+		if u.CertCN != "" && u.Auth != AuthCert && v.cfg.Server.TLSMode != TLSVerifyFull {
+			v.problem(p.key("cert_cn"), "has no effect: it applies to auth = %q users and to tls_mode = %q", AuthCert, TLSVerifyFull)
+		}
+		if u.Auth == AuthCert {
+			v.certUser(p, u)
+			continue
+		}
 		if !v.required(p.key("password"), u.Password) {
 			continue
 		}
@@ -271,6 +311,25 @@ func (v *validator) users() {
 		case kind != PasswordPlaintext && u.BackendPassword == "":
 			v.problem(p.key("backend_password"), "required when password is %s: a hash cannot log in to a server", kindPhrase(u.Password))
 		}
+	}
+}
+
+// certUser checks a user with auth = "cert": it has no password (none is
+// ever asked for), and the client side must be able to verify certificates.
+func (v *validator) certUser(p path, u *User) {
+	if u.Password != "" {
+		v.problem(p.key("password"), "must be empty when auth = %q: the client is authenticated by its certificate and no password is asked for (backend_password is what logs in to the servers)", AuthCert)
+	}
+	if u.BackendPassword != "" && PasswordKind(u.BackendPassword) != PasswordPlaintext {
+		v.problem(p.key("backend_password"), "must be the plaintext password, not %s: a hash cannot log in to a server", kindPhrase(u.BackendPassword))
+	}
+	s := v.cfg.Server
+	switch {
+	case v.bad[keys("server", "tls_mode").String()] || v.bad[keys("server", "tls_ca_file").String()]:
+	case s.TLSMode == TLSDisable:
+		v.problem(p.key("auth"), "%q needs [server] tls_mode other than %q", AuthCert, TLSDisable)
+	case s.TLSCAFile == "":
+		v.problem(p.key("auth"), "%q needs [server] tls_ca_file: client certificates are verified against it", AuthCert)
 	}
 }
 
