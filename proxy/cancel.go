@@ -41,6 +41,14 @@ func (s *Server) cancel(k cancelKey) {
 		s.log.Debug("cancel request for unknown key", zap.Uint32("pid", k.pid))
 		return
 	}
+	ss.cancelRunning(false)
+}
+
+// cancelRunning sends a CancelRequest to the server running the session's
+// unit, if one runs. timedOut marks the cancel as query_timeout_ms's, so
+// the error it causes names that limit (queryTimeoutError).
+func (ss *session) cancelRunning(timedOut bool) {
+	s := ss.srv
 	ss.mu.Lock()
 	l := ss.cur
 	if l == nil {
@@ -57,6 +65,9 @@ func (s *Server) cancel(k cancelKey) {
 	// another session) until the cancel has been delivered.
 	ss.mu.Unlock()
 	defer ss.unclaim(l)
+	if timedOut {
+		l.queryTimedOut.Store(true)
+	}
 	srv := l.conn
 	if err := sendCancel(srv.Addr, srv.PID, srv.SecretKey, s.opts.connectTimeout); err != nil {
 		ss.log.Warn("relaying cancel request failed", zap.String("server", srv.Addr), zap.Error(err))

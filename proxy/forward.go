@@ -141,6 +141,7 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			}
 			return true, errClientGone{err}
 		}
+		ss.noteClientMessage() // timeouts.go
 		limit, ok := frontendLimit(h.Type)
 		if !ok {
 			return true, protocolViolation("invalid frontend message type %d", h.Type)
@@ -673,6 +674,7 @@ func (ss *session) count(l *link, typ byte) {
 	switch typ {
 	case 'Q', 'F':
 		ss.pending++
+		ss.noteUnitSentLocked() // timeouts.go
 		ss.unitSeq++
 		ss.unitRuns = true
 		l.batches++
@@ -680,6 +682,7 @@ func (ss *session) count(l *link, typ byte) {
 		l.executed = false
 	case 'S':
 		ss.pending++
+		ss.noteUnitSentLocked()
 		ss.unitSeq++
 		ss.unitRuns, ss.openRuns = ss.openRuns, false
 		l.batches++

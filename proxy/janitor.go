@@ -16,10 +16,11 @@ import (
 // stopped with the monitor (stopMon).
 
 // janitorPeriod is how often the janitor sweeps under cfg: a quarter of
-// the shorter timeout, between 10 ms and 1 s.
+// the shortest timeout, between 10 ms and 1 s.
 func janitorPeriod(cfg *config.Config) time.Duration {
 	d := time.Second
-	for _, t := range []int{cfg.Server.ServerIdleTimeoutMS, cfg.Server.ServerLifetimeMS} {
+	cs := cfg.Server
+	for _, t := range []int{cs.ServerIdleTimeoutMS, cs.ServerLifetimeMS, cs.QueryTimeoutMS, cs.IdleTransactionTimeoutMS, cs.ClientIdleTimeoutMS} {
 		if t > 0 {
 			d = min(d, time.Duration(t)*time.Millisecond/4)
 		}
@@ -36,6 +37,11 @@ func (s *Server) janitor(ctx context.Context) {
 			return
 		case now := <-t.C:
 			s.pools.Each(func(p *pool.Pool) { p.Sweep(now) })
+			// Sessions keep the config they started with, so each is
+			// checked against its own timeouts (timeouts.go).
+			for _, ss := range s.sessionList() {
+				ss.checkTimeouts(now)
+			}
 			t.Reset(janitorPeriod(s.opts.Config.Load()))
 		}
 	}

@@ -96,6 +96,9 @@ type link struct {
 	// byte of its answer (see session.awaiting); atomic so the reader
 	// checks it without the session lock on every message.
 	awaitingFirst atomic.Bool
+	// queryTimedOut: query_timeout_ms cancelled the unit running here;
+	// its 57014 error is rewritten to say so (until its ReadyForQuery).
+	queryTimedOut atomic.Bool
 }
 
 // serverState is what one server session carries that the proxy must know
@@ -590,6 +593,10 @@ func (ss *session) serverToClient(l *link) error {
 				ss.linkFailed(l, errors.New(errorText(body)), false)
 				return errServerGone
 			}
+			if l.queryTimedOut.Load() {
+				body = ss.queryTimeoutError(body)
+				h.Len = len(body)
+			}
 			// The held ParseCompletes confirm their Parses first: only
 			// what comes after them failed.
 			if err := ss.relayHeld(l); err != nil {
@@ -646,6 +653,15 @@ func (ss *session) serverToClient(l *link) error {
 				return werr
 			}
 		}
+		preread := false
+		if h.Type == 'E' && l.queryTimedOut.Load() && h.Len <= wire.MaxSmallBodyLen*100 {
+			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
+				ss.linkFailed(l, err, sawFatal)
+				return errServerGone
+			}
+			body = ss.queryTimeoutError(body)
+			h.Len, preread = len(body), true
+		}
 		closeNow := false
 		ss.wmu.Lock()
 		werr := wire.WriteHeader(ss.out(), h)
@@ -667,8 +683,10 @@ func (ss *session) serverToClient(l *link) error {
 			ss.cond.Broadcast() // settleOps may wait for it
 			ss.mu.Unlock()
 		case h.Type == 'Z' || h.Type == 'S' || (h.Type == 'E' || h.Type == 't') && h.Len <= wire.MaxSmallBodyLen*100 || h.Type == 'C':
-			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
-				break
+			if !preread {
+				if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
+					break
+				}
 			}
 			_, werr = ss.out().Write(body)
 			switch h.Type {
@@ -1062,6 +1080,7 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 	if ss.pending == 0 {
 		ss.commitInFlight = false // its outcome is known
 	}
+	ss.noteReadyLocked(l) // timeouts.go
 	ss.doneSeq++
 	if status == 'I' {
 		ss.lastIdleDone = ss.doneSeq

@@ -229,6 +229,9 @@ type session struct {
 	// true when the first byte of its answer is about to reach the client.
 	awaiting *link
 	answered bool
+
+	// tmo: what the janitor needs for the client timeouts (timeouts.go).
+	tmo sessionTimeouts
 }
 
 // send writes proxy-generated messages to the client and flushes.

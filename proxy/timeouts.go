@@ -2,8 +2,20 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+)
+
+// SQLSTATEs of the timeouts, PostgreSQL's own.
+const (
+	codeQueryCanceled            = "57014"
+	codeIdleInTransactionTimeout = "25P03"
+	codeIdleSessionTimeout       = "57P05"
 )
 
 // Timeouts of [server] that end a client (docs/behaviour.md, "Timeouts
@@ -38,4 +50,139 @@ func (ss *session) loginTimedOut(err error) error {
 	}
 	ss.conn.SetDeadline(time.Now().Add(time.Second))
 	return protocolViolation("pg-kinetic: client_login_timeout_ms (%d ms) expired before the client logged in", d.Milliseconds())
+}
+
+// sessionTimeouts is what the janitor (janitor.go) reads to apply
+// query_timeout_ms, idle_transaction_timeout_ms and client_idle_timeout_ms
+// to a session. Each is recorded only when the session's config sets the
+// timeout that needs it.
+type sessionTimeouts struct {
+	// clientAt: unix nanoseconds of the client's last message header
+	// (session goroutine; atomic, read by the janitor).
+	clientAt atomic.Int64
+	// Under session.mu:
+	idleAt    time.Time // the last ReadyForQuery after which the server owed nothing
+	unitAt    time.Time // when the unit now running on a server started
+	cancelled time.Time // unitAt of the unit query_timeout_ms cancelled
+}
+
+// idleWatched reports whether the session's config times idle clients out.
+func (ss *session) idleWatched() bool {
+	return ss.cfg != nil && (ss.cfg.Server.ClientIdleTimeoutMS > 0 || ss.cfg.Server.IdleTransactionTimeoutMS > 0)
+}
+
+// queryTimed reports whether the session's config sets query_timeout_ms.
+func (ss *session) queryTimed() bool { return ss.cfg != nil && ss.cfg.Server.QueryTimeoutMS > 0 }
+
+// noteClientMessage records a message from the client (session goroutine).
+func (ss *session) noteClientMessage() {
+	if ss.idleWatched() {
+		ss.tmo.clientAt.Store(time.Now().UnixNano())
+	}
+}
+
+// noteUnitSentLocked records that a unit was written to a server; the
+// first one unanswered starts the query_timeout_ms clock. Callers hold
+// ss.mu, after counting the unit in pending.
+func (ss *session) noteUnitSentLocked() {
+	if ss.pending == 1 && ss.queryTimed() {
+		ss.tmo.unitAt = time.Now()
+	}
+}
+
+// noteReadyLocked records a ReadyForQuery from l: the next pipelined unit
+// starts its query_timeout_ms clock, or the session is idle from now.
+// Callers hold ss.mu, after uncounting it from pending.
+func (ss *session) noteReadyLocked(l *link) {
+	l.queryTimedOut.Store(false)
+	switch {
+	case ss.pending > 0 && ss.queryTimed():
+		ss.tmo.unitAt = time.Now()
+	case ss.pending == 0 && ss.idleWatched():
+		ss.tmo.idleAt = time.Now()
+	}
+}
+
+// checkTimeouts applies the session's client timeouts at now (the
+// janitor): a unit running longer than query_timeout_ms is cancelled on
+// its server (once); a client idle past client_idle_timeout_ms, or inside
+// a transaction past idle_transaction_timeout_ms, is closed with
+// PostgreSQL's FATAL for its own idle_session_timeout (57P05) and
+// idle_in_transaction_session_timeout (25P03). Closing a client inside a
+// transaction closes its server connection, which rolls it back
+// (detach).
+func (ss *session) checkTimeouts(now time.Time) {
+	if !ss.queryTimed() && !ss.idleWatched() {
+		return
+	}
+	cs := &ss.cfg.Server
+	ss.mu.Lock()
+	if ss.cond == nil || ss.killed || ss.draining {
+		ss.mu.Unlock() // still logging in, or ending anyway
+		return
+	}
+	if ss.pending > 0 {
+		qt := cs.QueryTimeout()
+		due := qt > 0 && !ss.tmo.unitAt.IsZero() && now.Sub(ss.tmo.unitAt) >= qt && !ss.tmo.cancelled.Equal(ss.tmo.unitAt)
+		if due {
+			ss.tmo.cancelled = ss.tmo.unitAt
+		}
+		ss.mu.Unlock()
+		if due {
+			ss.log.Info("query_timeout_ms expired: cancelling the unit on its server", zap.Duration("query_timeout", qt))
+			ss.srv.wg.Add(1)
+			go func() {
+				defer ss.srv.wg.Done()
+				ss.cancelRunning(true)
+			}()
+		}
+		return
+	}
+	if ss.unsynced {
+		ss.mu.Unlock()
+		return
+	}
+	since := ss.connected
+	for _, t := range []time.Time{ss.tmo.idleAt, time.Unix(0, ss.tmo.clientAt.Load())} {
+		if t.After(since) {
+			since = t
+		}
+	}
+	limit, inTx := cs.ClientIdleTimeout(), ss.tx != 'I'
+	if inTx {
+		limit = cs.IdleTransactionTimeout()
+	}
+	ss.mu.Unlock()
+	if limit <= 0 || now.Sub(since) < limit {
+		return
+	}
+	var err *clientError
+	if inTx {
+		err = fatalf(codeIdleInTransactionTimeout, "terminating connection due to idle-in-transaction timeout")
+		err.detail = fmt.Sprintf("pg-kinetic: idle in a transaction longer than idle_transaction_timeout_ms (%d ms); the transaction is rolled back", limit.Milliseconds())
+	} else {
+		err = fatalf(codeIdleSessionTimeout, "terminating connection due to idle-session timeout")
+		err.detail = fmt.Sprintf("pg-kinetic: idle longer than client_idle_timeout_ms (%d ms)", limit.Milliseconds())
+	}
+	ss.log.Info("closing an idle client", zap.Bool("in_transaction", inTx), zap.Duration("idle", now.Sub(since)))
+	ss.killWithin(err, idleKillPatience)
+}
+
+// queryTimeoutError rewrites the ErrorResponse body of the unit that
+// query_timeout_ms cancelled: the server's "canceling statement due to
+// user request" (57014) becomes PostgreSQL's statement_timeout message,
+// with a DETAIL naming the proxy's limit. Other errors pass unchanged.
+func (ss *session) queryTimeoutError(body []byte) []byte {
+	var er pgproto3.ErrorResponse
+	if er.Decode(body) != nil || er.Code != codeQueryCanceled {
+		return body
+	}
+	er.Message = "canceling statement due to statement timeout"
+	er.Detail = fmt.Sprintf("pg-kinetic: the statement ran longer than query_timeout_ms (%d ms) and was cancelled on the server",
+		ss.cfg.Server.QueryTimeoutMS)
+	msg, err := er.Encode(nil)
+	if err != nil || len(msg) < 5 {
+		return body
+	}
+	return msg[5:]
 }
