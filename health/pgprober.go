@@ -22,8 +22,10 @@ import (
 //     file's name (pg_walfile_name() fails during recovery, hence the CASE;
 //     pg_control_checkpoint() would lag a promotion by a checkpoint); on a
 //     standby its WAL receiver's received_tli, else (no receiver, or a probe
-//     user without pg_read_all_stats, who sees NULL) its latest
-//     restartpoint's timeline
+//     user without pg_read_all_stats, who sees NULL) the later of its
+//     latest restartpoint's timeline and its minimum recovery point's
+//     (moved on whenever recovery flushes a page, so usually sooner): both
+//     at or behind the timeline it replays, never ahead
 //  4. a primary's pg_current_wal_insert_lsn(), in bytes
 //  5. a standby's pg_last_wal_receive_lsn(), in bytes
 //  6. a standby's pg_last_wal_replay_lsn(), in bytes
@@ -43,7 +45,8 @@ import (
 const probeSQL = `select r,
   (select system_identifier::text from pg_control_system()),
   case when r then coalesce(nullif((select received_tli from pg_stat_wal_receiver), 0),
-                            (select timeline_id from pg_control_checkpoint()))
+                            greatest((select timeline_id from pg_control_checkpoint()),
+                                     (select min_recovery_end_timeline from pg_control_recovery())))
        else ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint end,
   case when not r then pg_current_wal_insert_lsn() - '0/0' end,
   case when r then pg_last_wal_receive_lsn() - '0/0' end,
@@ -216,6 +219,11 @@ func (p *PGProber) history(ctx context.Context, conn *pool.Conn, addr string, tl
 	if c.h == nil {
 		// A role with REPLICATION may ask the walsender instead.
 		c.h, _ = p.historyViaReplication(ctx, addr, tl)
+	}
+	if c.h == nil && ctx.Err() != nil {
+		// Out of time (a loaded host: the walsender's login alone is a
+		// SCRAM exchange), not refused: the next probe tries again.
+		return nil
 	}
 	if c.h == nil {
 		c.failedAt = time.Now()
