@@ -90,6 +90,9 @@ func (ss *session) start() bool {
 		err = ss.authenticate()
 	}
 	if err == nil {
+		err = ss.verifyFull() // clientcert.go
+	}
+	if err == nil {
 		err = ss.connect()
 	}
 	if errors.Is(err, errConsoleDone) {
@@ -217,6 +220,7 @@ func (ss *session) answerSSL() error {
 	}
 	ss.conn = tc
 	ss.tls = true
+	ss.peerCertificate(tc)
 	if len(tcfg.Certificates) > 0 {
 		ss.tlsLeaf = tcfg.Certificates[0].Leaf
 	}
@@ -261,9 +265,15 @@ func (ss *session) readStartup(body []byte) error {
 		return fatalf(codeTooManyConnections, "sorry, too many clients already")
 	}
 	ss.counted = true
-	if ss.cfg.Server.TLSMode == config.TLSRequire && !ss.tls {
+	if ss.cfg.Server.RequiresTLS() && !ss.tls {
 		return fatalf(codeInvalidAuthorization,
-			"pg-kinetic: SSL connection is required for user %q, database %q (tls_mode = require)", ss.user, ss.database)
+			"pg-kinetic: SSL connection is required for user %q, database %q (tls_mode = %s)", ss.user, ss.database, ss.cfg.Server.TLSMode)
+	}
+	if err := ss.checkClientCert(); err != nil {
+		return err
+	}
+	if err := ss.checkAdminTLS(); err != nil {
+		return err
 	}
 	for k, v := range sm.Parameters {
 		if strings.EqualFold(k, "pg_kinetic.query_class") {

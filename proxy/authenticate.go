@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/xdg-go/scram"
 
+	"github.com/pg-kinetic/pg-kinetic/config"
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
 	"github.com/pg-kinetic/pg-kinetic/pool"
 )
@@ -45,6 +46,9 @@ func (ss *session) authenticate() error {
 	u, ok := ss.cfg.UserByName(ss.user)
 	if ok {
 		ss.userCfg = u
+	}
+	if ok && u.Auth == config.AuthCert {
+		return ss.certAuth(u) // clientcert.go: no password
 	}
 	fail := fatalf(codeInvalidPassword, "password authentication failed for user %q", ss.user)
 	if ok && isMD5Hash(u.Password) {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -159,15 +158,11 @@ func (s *Server) Reload() error {
 		s.syncers.reconcile(cfg)
 	}
 	s.declareSeries(cfg) // series.go: the route's labelled series exist at 0
-	if cfg.Server.TLSMode == config.TLSDisable || cfg.Server.TLSMode == "" {
-		s.tls.Store(nil)
-		return nil
-	}
-	cert, err := tls.LoadX509KeyPair(cfg.Server.TLSCertFile, cfg.Server.TLSKeyFile)
+	tc, err := clientTLSConfig(cfg) // clientcert.go
 	if err != nil {
-		return fmt.Errorf("loading tls_cert_file/tls_key_file: %w", err)
+		return err
 	}
-	s.tls.Store(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	s.tls.Store(tc)
 	return nil
 }
 

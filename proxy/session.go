@@ -82,6 +82,9 @@ type session struct {
 	// tlsLeaf is the proxy certificate the client saw, for SCRAM channel
 	// binding (tls-server-end-point); nil without TLS.
 	tlsLeaf *x509.Certificate
+	// clientCert is the client's certificate, verified against
+	// tls_ca_file by the handshake; nil when it sent none (clientcert.go).
+	clientCert *x509.Certificate
 	cfg     *config.Config // snapshot taken at accept
 
 	user, database string

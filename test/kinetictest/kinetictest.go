@@ -41,6 +41,8 @@ type Params struct {
 	ShutdownTimeout int    // ms, default 5000
 	TLSMode         string // default disable
 	TLSCert, TLSKey string
+	TLSCA           string // tls_ca_file, default ""
+	AdminRequireTLS bool   // [admin] require_tls
 	BackendTLSMode  string // default disable
 	LogLevel        string // default debug
 	Primary         string // default the cluster primary
@@ -73,10 +75,12 @@ shutdown_timeout_ms = {{.ShutdownTimeout}}
 tls_mode = "{{.TLSMode}}"
 tls_cert_file = "{{.TLSCert}}"
 tls_key_file = "{{.TLSKey}}"
+tls_ca_file = "{{.TLSCA}}"
 backend_tls_mode = "{{.BackendTLSMode}}"
 
 [admin]
 users = ["app"]
+require_tls = {{.AdminRequireTLS}}
 
 [metrics]
 listen = ""
