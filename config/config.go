@@ -154,6 +154,17 @@ type Route struct {
 	HA              HA           `toml:"ha"`
 	Pool            Pool         `toml:"pool"`
 	QueryClasses    []QueryClass `toml:"query_classes"`
+
+	// AuthUser, when set, names the [[users]] entry whose backend
+	// credentials run AuthQuery on the route's primary to fetch the secret
+	// (a SCRAM verifier or an md5 hash) of a client user that is not in
+	// [[users]] (proxy/authquery.go). AuthQuery binds the user name to $1.
+	// AuthCacheTTLMS is how long a fetched secret is used without asking
+	// the primary again (a pg-kinetic extension; 0: ask at every login);
+	// an older one is still used while the primary cannot be asked.
+	AuthUser       string `toml:"auth_user"`
+	AuthQuery      string `toml:"auth_query"`
+	AuthCacheTTLMS int    `toml:"auth_cache_ttl_ms"`
 }
 
 // Endpoint is a server of a route. Address is a required host:port. Weight
@@ -316,6 +327,9 @@ func (c *Config) UserByName(name string) (*User, bool) {
 	}
 	return nil, false
 }
+
+// AuthCacheTTL is auth_cache_ttl_ms.
+func (r *Route) AuthCacheTTL() time.Duration { return ms(r.AuthCacheTTLMS) }
 
 // BackendDB is the database name used towards the servers.
 func (r *Route) BackendDB() string {

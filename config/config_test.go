@@ -94,6 +94,9 @@ func TestDefaultsMatchSpec(t *testing.T) {
 		},
 		HA:   HA{ReplicaHealthIntervalMS: 2000, ReplicaHealthTimeoutMS: 750, FollowFailover: true},
 		Pool: Pool{Size: 20, AcquireTimeoutMS: 10000, MaxConcurrentDials: 16},
+
+		AuthQuery:      "SELECT usename, passwd FROM pg_shadow WHERE usename = $1",
+		AuthCacheTTLMS: 60000,
 	}
 	if got := DefaultRoute(); !reflect.DeepEqual(got, wantRoute) {
 		t.Errorf("DefaultRoute() =\n%+v\nwant\n%+v", got, wantRoute)

@@ -39,6 +39,11 @@ const (
 	DefaultMaxUserConnections         = 0
 	DefaultMaxConcurrentDials         = 16
 	DefaultReplicaWeight              = 1
+	// DefaultAuthQuery is auth_query's default (SPEC §2): pg_shadow is
+	// readable by superusers only; docs/operations.md has a SECURITY DEFINER
+	// function for an auth_user that is not one.
+	DefaultAuthQuery      = "SELECT usename, passwd FROM pg_shadow WHERE usename = $1"
+	DefaultAuthCacheTTLMS = 60000
 
 	// DefaultClassRouting applies to a [[routes.query_classes]] entry that
 	// omits routing: the safe choice, never a replica.
@@ -116,6 +121,8 @@ func Defaults() Config {
 // address empty (they are required) and no replicas or query classes.
 func DefaultRoute() Route {
 	return Route{
+		AuthQuery:      DefaultAuthQuery,
+		AuthCacheTTLMS: DefaultAuthCacheTTLMS,
 		ReadRouting: ReadRouting{
 			ReadRoutingMode: DefaultReadRoutingMode,
 			FallbackPolicy:  DefaultFallbackPolicy,

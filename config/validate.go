@@ -351,6 +351,7 @@ func (v *validator) routes() {
 			}
 		}
 		v.servers(p, r)
+		v.authQuery(p, r)
 		v.readRouting(p.key("read_routing"), r)
 		v.freshness(p.key("freshness"), &r.Freshness)
 		v.ha(p.key("ha"), &r.HA)
@@ -371,6 +372,25 @@ func (v *validator) poolLimits(p path, pl *Pool) {
 		v.problem(p.key("max_user_connections"), "must not exceed max_db_connections (%d)", pl.MaxDBConnections)
 	}
 	v.intRange(p.key("max_concurrent_dials"), int64(pl.MaxConcurrentDials), 1, maxInt)
+}
+
+// authQuery checks auth_user, auth_query and auth_cache_ttl_ms. auth_user
+// must be a [[users]] name (its backend credentials run the query);
+// auth_query must bind the client's user name as $1.
+func (v *validator) authQuery(p path, r *Route) {
+	v.intRange(p.key("auth_cache_ttl_ms"), int64(r.AuthCacheTTLMS), 0, maxInt)
+	if r.AuthUser == "" {
+		return
+	}
+	if _, ok := v.cfg.UserByName(r.AuthUser); !ok {
+		v.problem(p.key("auth_user"), "%q is not a [[users]] name (its credentials log in to the primary to run auth_query)", r.AuthUser)
+	}
+	switch {
+	case strings.TrimSpace(r.AuthQuery) == "":
+		v.problem(p.key("auth_query"), "required when auth_user is set")
+	case !strings.Contains(r.AuthQuery, "$1"):
+		v.problem(p.key("auth_query"), "must use $1 for the user name (it is bound as a parameter, never pasted into the text)")
+	}
 }
 
 // unique checks a required name that must not repeat across entries.
