@@ -60,7 +60,7 @@ import (
 // asserted.
 //
 // Environment: SOAK_DURATION (Go duration, default 30m), SOAK_CLIENTS
-// (default 1000), SOAK_THINK_MS (mean pause between steps, default 3000:
+// (default 1000), SOAK_THINK_MS (mean pause between steps, default 15000:
 // uniform in [mean/2, 3·mean/2)), SOAK_HOSTILE_PER_SEC (default 5),
 // SOAK_POOL_SIZE (per server, default 40), SOAK_SEED, SOAK_REPORT,
 // SOAK_SAMPLE (sample interval, default 1m).
@@ -103,8 +103,12 @@ func TestSoak(t *testing.T) {
 	}
 	el := &errLog{}
 	h.onError = func(r record, code string) { el.add(r.at, r.kind, code) }
-	sp := &sampler{h: h, pr: pr, metricsURL: metricsURL, servers: append([]*pgtest.Server{cl.Primary}, cl.Standbys...), el: el}
+	sp := &sampler{lastOverflows: -1, h: h, pr: pr, metricsURL: metricsURL, servers: append([]*pgtest.Server{cl.Primary}, cl.Standbys...), el: el}
 
+	if n, err := listenOverflows(); err == nil {
+		sp.lastOverflows = n
+	}
+	ramp := min(time.Minute, sc.duration/10)
 	run, stop := context.WithTimeout(context.Background(), sc.duration)
 	defer stop()
 	h.start = time.Now()
@@ -113,7 +117,17 @@ func TestSoak(t *testing.T) {
 	for i := range workers {
 		w := newWorker(h, i+1, sc.seed)
 		workers[i] = w
-		wg.Go(func() { w.run(run) })
+		// Clients arrive spread over the ramp (a login storm of 1,000 at
+		// once is the dial bound's test, not the soak's).
+		delay := ramp * time.Duration(i) / time.Duration(len(workers))
+		wg.Go(func() {
+			select {
+			case <-run.Done():
+				return
+			case <-time.After(delay):
+			}
+			w.run(run)
+		})
 	}
 	fl := &faultLoop{h: h, cut: true, rng: rand.New(rand.NewPCG(sc.seed, 0xfa017)), counts: map[string]int{}}
 	wg.Go(func() { fl.run(run) })
@@ -161,8 +175,13 @@ func TestSoak(t *testing.T) {
 		t.Error(f)
 	}
 	if len(rep.failures) > 0 {
+		diag, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer dcancel()
 		for _, s := range sp.servers {
 			t.Logf("%s's log, last 40 lines:\n%s", s.Name, pgtest.LogTail(s.LogFile, 40))
+			act, err := s.QueryString(diag, "select coalesce(string_agg(a, E'\\n'), 'none') from (select format('%s %s %s %s ×%s', coalesce(usename, '-'), backend_type, quote_literal(application_name), coalesce(state, '-'), count(*)) a"+
+				" from pg_stat_activity group by usename, backend_type, application_name, state order by 1) x")
+			t.Logf("%s's pg_stat_activity at the end (%v):\n%s", s.Name, err, act)
 		}
 	}
 	for i, v := range h.violations {
@@ -189,7 +208,7 @@ func soakSettings(t *testing.T) soakConfig {
 	sc := soakConfig{
 		duration:      envDuration(t, "SOAK_DURATION", 30*time.Minute),
 		sample:        envDuration(t, "SOAK_SAMPLE", time.Minute),
-		think:         time.Duration(envInt(t, "SOAK_THINK_MS", 3000)) * time.Millisecond,
+		think:         time.Duration(envInt(t, "SOAK_THINK_MS", 15000)) * time.Millisecond,
 		clients:       envInt(t, "SOAK_CLIENTS", 1000),
 		hostilePerSec: envInt(t, "SOAK_HOSTILE_PER_SEC", 5),
 		poolSize:      envInt(t, "SOAK_POOL_SIZE", 40),
@@ -369,7 +388,8 @@ type soakSample struct {
 	errs       map[string]int
 	faults     int
 	hostile    int
-	violations int // so far
+	violations int   // so far
+	overflows  int64 // the kernel's listen queue overflows in the interval (TcpExt ListenOverflows, every socket)
 	note       string
 }
 
@@ -386,6 +406,9 @@ type sampler struct {
 	lastErrs  int
 	lastFault int
 	lastHost  int
+	// lastOverflows is the kernel's listen overflow count at the last
+	// sample (-1 before the first).
+	lastOverflows int64
 }
 
 func (sp *sampler) run(ctx context.Context, every time.Duration) {
@@ -443,6 +466,12 @@ func (sp *sampler) take(at time.Duration) {
 		nh := sp.hostile.total()
 		s.hostile, sp.lastHost = nh-sp.lastHost, nh
 	}
+	if n, err := listenOverflows(); err == nil {
+		if sp.lastOverflows >= 0 {
+			s.overflows = n - sp.lastOverflows
+		}
+		sp.lastOverflows = n
+	}
 	s.note = strings.Join(notes, "; ")
 	if len(sp.samples) > 0 && at-sp.samples[len(sp.samples)-1].at < time.Second {
 		return // the final take right after the last tick
@@ -452,9 +481,32 @@ func (sp *sampler) take(at time.Duration) {
 	if k := len(sp.samples); k > 1 {
 		prev = sp.samples[k-2].at
 	}
-	sp.h.t.Logf("soak sample t=%v: rss %.1f MiB, fds %d, goroutines %d, clients %d, backends %v, pooled %v, %.0f stmt/s, errors %s, faults %d, hostile %d, violations %d %s",
+	sp.h.t.Logf("soak sample t=%v: rss %.1f MiB, fds %d, goroutines %d, clients %d, backends %v, pooled %v, %.0f stmt/s, errors %s, faults %d, hostile %d, violations %d, listen overflows %d %s",
 		at.Round(time.Second), float64(s.rssKiB)/1024, s.fds, s.goroutines, s.clients, s.backends, s.pooled,
-		float64(s.stmts)/(at-prev).Seconds(), sortedCounts(s.errs), s.faults, s.hostile, s.violations, s.note)
+		float64(s.stmts)/(at-prev).Seconds(), sortedCounts(s.errs), s.faults, s.hostile, s.violations, s.overflows, s.note)
+}
+
+// listenOverflows reads the kernel's TcpExt ListenOverflows counter: SYNs
+// dropped because a listening socket's accept queue was full (a server
+// that does not accept as fast as it is dialled).
+func listenOverflows() (int64, error) {
+	b, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		return 0, err
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i+1 < len(lines); i += 2 {
+		names, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if len(names) == 0 || names[0] != "TcpExt:" || len(vals) != len(names) {
+			continue
+		}
+		for j, n := range names {
+			if n == "ListenOverflows" {
+				return strconv.ParseInt(vals[j], 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no TcpExt ListenOverflows in /proc/net/netstat")
 }
 
 // appBackends counts the app user's backends on s (kineticd's pooled server
@@ -818,18 +870,18 @@ func buildSoakReport(sc soakConfig, h *harness, workers []*worker, fl *faultLoop
 	for _, n := range names {
 		fmt.Fprintf(&b, " backends %s |", n)
 	}
-	fmt.Fprintf(&b, " stmt/s | errors | faults | hostile | violations |\n|---|---|---|---|---|")
+	fmt.Fprintf(&b, " ops/s | errors | faults | hostile | violations | listen overflows |\n|---|---|---|---|---|")
 	for range names {
 		b.WriteString("---|")
 	}
-	b.WriteString("---|---|---|---|---|\n")
+	b.WriteString("---|---|---|---|---|---|\n")
 	var prev time.Duration
 	for _, s := range sp.samples {
 		fmt.Fprintf(&b, "| %s | %.1f | %d | %d | %d |", fmtMin(s.at), float64(s.rssKiB)/1024, s.fds, s.goroutines, s.clients)
 		for i := range names {
 			fmt.Fprintf(&b, " %s |", unknown(s.backends[i]))
 		}
-		fmt.Fprintf(&b, " %.0f | %s | %d | %d | %d |\n", float64(s.stmts)/(s.at-prev).Seconds(), sortedCounts(s.errs), s.faults, s.hostile, s.violations)
+		fmt.Fprintf(&b, " %.0f | %s | %d | %d | %d | %d |\n", float64(s.stmts)/(s.at-prev).Seconds(), sortedCounts(s.errs), s.faults, s.hostile, s.violations, s.overflows)
 		prev = s.at
 	}
 
