@@ -216,7 +216,7 @@ func (ss *session) answerSSL() error {
 	tc := tls.Server(ss.conn, tcfg)
 	if err := tc.Handshake(); err != nil {
 		ss.log.Debug("client TLS handshake failed", zap.Error(err))
-		return errClientGone{err}
+		return errClientGone{handshakeError{err}} // (not answered even on the login timeout)
 	}
 	ss.conn = tc
 	ss.tls = true

@@ -52,6 +52,14 @@ func (ss *session) loginTimedOut(err error) error {
 	return protocolViolation("pg-kinetic: client_login_timeout_ms (%d ms) expired before the client logged in", d.Milliseconds())
 }
 
+// handshakeError is a failed client TLS handshake. It hides its cause
+// from errors.Is, so that a handshake cut by client_login_timeout_ms is
+// closed without the FATAL: plaintext bytes where the client expects TLS
+// records would only garble its error (PostgreSQL closes silently too).
+type handshakeError struct{ err error }
+
+func (e handshakeError) Error() string { return "TLS handshake: " + e.err.Error() }
+
 // sessionTimeouts is what the janitor (janitor.go) reads to apply
 // query_timeout_ms, idle_transaction_timeout_ms and client_idle_timeout_ms
 // to a session. Each is recorded only when the session's config sets the

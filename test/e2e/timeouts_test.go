@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -232,4 +233,53 @@ func TestClientIdleTimeout(t *testing.T) {
 		t.Fatalf("after idling: %v, want FATAL 57P05 naming client_idle_timeout_ms", err)
 	}
 	t.Logf("closed %v after its last statement: %v", took.Round(time.Millisecond), err)
+}
+
+// TestClientLoginTimeoutTLS: a client silent after its TLS handshake gets
+// the FATAL over TLS; one that stalls inside the handshake is closed
+// without a byte (plaintext where it expects TLS records would garble its
+// error; PostgreSQL closes silently too).
+func TestClientLoginTimeoutTLS(t *testing.T) {
+	cl := pgtest.Shared(t)
+	cert, key := selfSigned(t)
+	px := kinetictest.Start(t, cl, kinetictest.Params{TLSMode: "allow", TLSCert: cert, TLSKey: key,
+		ServerExtra: "client_login_timeout_ms = 300"})
+	sslRequest := func(t *testing.T) net.Conn {
+		nc, err := net.DialTimeout("tcp", px.Addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		b, _ := (&pgproto3.SSLRequest{}).Encode(nil)
+		if _, err := nc.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		var s [1]byte
+		if _, err := io.ReadFull(nc, s[:]); err != nil || s[0] != 'S' {
+			t.Fatalf("SSLRequest answered %q, %v", s[:], err)
+		}
+		return nc
+	}
+	t.Run("silent after the handshake", func(t *testing.T) {
+		tc := tls.Client(sslRequest(t), &tls.Config{InsecureSkipVerify: true})
+		if err := tc.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		er, took := readFatal(t, tc)
+		if er.Code != "08P01" || !strings.Contains(er.Message, "client_login_timeout_ms (300 ms)") {
+			t.Fatalf("got %s %q, want 08P01 naming client_login_timeout_ms", er.Code, er.Message)
+		}
+		t.Logf("FATAL %s over TLS after %v", er.Code, took.Round(time.Millisecond))
+	})
+	t.Run("stalled in the handshake", func(t *testing.T) {
+		nc := sslRequest(t)
+		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		out, err := io.ReadAll(nc)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatal("the proxy kept a client stalled in its TLS handshake for 5 s")
+		}
+		if len(out) != 0 {
+			t.Fatalf("the proxy wrote %q into a TLS handshake", out)
+		}
+	})
 }
