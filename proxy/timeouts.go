@@ -172,7 +172,7 @@ func (ss *session) checkTimeouts(now time.Time) {
 		err = fatalf(codeIdleSessionTimeout, "terminating connection due to idle-session timeout")
 		err.detail = fmt.Sprintf("pg-kinetic: idle longer than client_idle_timeout_ms (%d ms)", limit.Milliseconds())
 	}
-	ss.log.Info("closing an idle client", zap.Bool("in_transaction", inTx), zap.Duration("idle", now.Sub(since)))
+	ss.log.Debug("closing an idle client", zap.Bool("in_transaction", inTx), zap.Duration("idle", now.Sub(since)))
 	ss.killWithin(err, idleKillPatience)
 }
 
