@@ -355,12 +355,17 @@ func (c consoleSource) ConfigLines() [][2]string {
 	lines := [][2]string{
 		{"server.listen", cfg.Server.Listen}, {"server.pool_mode", cfg.Server.PoolMode},
 		{"server.max_client_conn", strconv.Itoa(cfg.Server.MaxClientConn)}, {"server.tls_mode", cfg.Server.TLSMode},
+		{"server.tls_ca_file", cfg.Server.TLSCAFile}, {"admin.require_tls", strconv.FormatBool(cfg.Admin.RequireTLS)},
 		{"server.backend_tls_mode", cfg.Server.BackendTLSMode}, {"metrics.listen", cfg.Metrics.Listen},
 		{"log.level", cfg.Log.Level}, {"rollout.stage", strconv.Itoa(cfg.Rollout.Stage)},
 		{"rollout.state_file", cfg.Rollout.StateFile}, {"rollout.auto_rollback", strconv.FormatBool(cfg.Rollout.AutoRollback)},
 		{"rollout.shared", strconv.FormatBool(cfg.Rollout.Shared)},
 	}
 	for _, u := range cfg.Users {
+		if u.Auth == config.AuthCert {
+			lines = append(lines, [2]string{"users." + u.Name + ".auth", "cert cn=" + u.CertName()})
+			continue
+		}
 		lines = append(lines, [2]string{"users." + u.Name + ".password", "(redacted)"})
 	}
 	for _, rt := range cfg.Routes {

@@ -304,12 +304,15 @@ func TestClientCertificatesPsql(t *testing.T) {
 
 // TestAdminConsoleRequireTLS: [admin] require_tls refuses a console login
 // without TLS before authentication (28000, even with a wrong password) and
-// serves it over TLS; the routes stay open to plaintext clients.
+// serves it over TLS (SHOW CONFIG); the routes stay open to plaintext
+// clients.
 func TestAdminConsoleRequireTLS(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 60*time.Second)
-	cert, key := selfSigned(t)
-	px := kinetictest.Start(t, cl, kinetictest.Params{TLSMode: "allow", TLSCert: cert, TLSKey: key, AdminRequireTLS: true})
+	ca := newTestCA(t, "kinetic test CA")
+	cert, key := ca.issue(t, "127.0.0.1", true)
+	px := kinetictest.Start(t, cl, kinetictest.Params{TLSMode: "allow", TLSCert: cert, TLSKey: key, TLSCA: ca.file,
+		AdminRequireTLS: true, Extra: certUsers})
 	const want = "28000 pg-kinetic: the admin console requires an SSL connection ([admin] require_tls = true)"
 	for _, pass := range []string{pgtest.AppPassword, "wrong"} {
 		_, err := pgx.Connect(ctx, px.DSN(pgtest.AppUser, pass, "pgkinetic"))
@@ -325,16 +328,23 @@ func TestAdminConsoleRequireTLS(t *testing.T) {
 	if !isTLS(c.PgConn()) {
 		t.Fatal("console connection is not TLS")
 	}
-	rows, err := c.Query(ctx, "SHOW VERSION", pgx.QueryExecModeSimpleProtocol)
+	// SHOW CONFIG over TLS: the console works and names its TLS settings;
+	// a cert user's row shows its certificate name instead of a password.
+	rows, err := c.Query(ctx, "SHOW CONFIG", pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	conf := map[string]string{}
 	for rows.Next() {
-		n++
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		conf[k] = v
 	}
-	if rows.Err() != nil || n != 1 {
-		t.Fatalf("SHOW VERSION over TLS: %d rows, %v", n, rows.Err())
+	if rows.Err() != nil || conf["admin.require_tls"] != "true" || conf["server.tls_mode"] != "allow" ||
+		conf["users.svc.auth"] != "cert cn=svc" || conf["users.app.password"] != "(redacted)" {
+		t.Fatalf("SHOW CONFIG over TLS: %v %v", conf, rows.Err())
 	}
 	if who, err := loginAs(ctx, px.AppDSN()); err != nil || who != pgtest.AppUser {
 		t.Fatalf("route without TLS under admin require_tls: %q %v", who, err)
