@@ -44,6 +44,16 @@ const (
 // password, so user names cannot be probed.
 func (ss *session) authenticate() error {
 	u, ok := ss.cfg.UserByName(ss.user)
+	var lk *userLookup
+	if !ok {
+		// auth_query: the route's primary may hold the user's secret
+		// (authquery.go).
+		var err error
+		if u, lk, err = ss.lookupUser(); err != nil {
+			return err
+		}
+		ok = u != nil
+	}
 	if ok {
 		ss.userCfg = u
 	}
@@ -52,7 +62,7 @@ func (ss *session) authenticate() error {
 	}
 	fail := fatalf(codeInvalidPassword, "password authentication failed for user %q", ss.user)
 	if ok && isMD5Hash(u.Password) {
-		if err := ss.md5Auth(u.Password[3:]); err != nil {
+		if err := ss.md5Auth(u.Password[3:], lk); err != nil {
 			return err
 		}
 		return nil
@@ -68,6 +78,7 @@ func (ss *session) authenticate() error {
 		creds = ss.srv.mockCredentials(ss.user)
 	}
 	if err := ss.scramAuth(creds); err != nil {
+		ss.lookupLoginFailed(lk, err)
 		return err
 	}
 	if !ok {
@@ -129,7 +140,9 @@ func (ss *session) scramAuth(creds scram.StoredCredentials) error {
 	return nil
 }
 
-func (ss *session) md5Auth(hash string) error {
+// md5Auth runs the md5 challenge against hash (the hex digits of an md5
+// secret). lk is the auth_query lookup that gave hash, or nil.
+func (ss *session) md5Auth(hash string, lk *userLookup) error {
 	var salt [4]byte
 	rand.Read(salt[:])
 	if err := ss.send(&pgproto3.AuthenticationMD5Password{Salt: salt}); err != nil {
@@ -147,12 +160,24 @@ func (ss *session) md5Auth(hash string) error {
 	if len(body) == 1 {
 		return fatalf(codeInvalidPassword, "empty password returned by client")
 	}
-	sum := md5.Sum(append([]byte(hash), salt[:]...))
-	want := "md5" + hex.EncodeToString(sum[:])
-	if subtle.ConstantTimeCompare(body[:len(body)-1], []byte(want)) != 1 {
+	if !md5Matches(hash, salt, body[:len(body)-1]) {
+		// A cached auth_query hash may predate a password change: the
+		// same answer is compared with the primary's current hash.
+		if newer, ok := ss.refetchMD5(lk); ok && md5Matches(newer[3:], salt, body[:len(body)-1]) {
+			ss.userCfg = lk.user(newer)
+			return nil
+		}
 		return fatalf(codeInvalidPassword, "password authentication failed for user %q", ss.user)
 	}
 	return nil
+}
+
+// md5Matches reports whether answer is md5 authentication's answer for
+// the hash's hex digits and salt.
+func md5Matches(hash string, salt [4]byte, answer []byte) bool {
+	sum := md5.Sum(append([]byte(hash), salt[:]...))
+	want := "md5" + hex.EncodeToString(sum[:])
+	return subtle.ConstantTimeCompare(answer, []byte(want)) == 1
 }
 
 // readAuthMessage reads one 'p' message of the authentication exchange,

@@ -8,6 +8,7 @@
 //	server.go        Server, Serve, Shutdown, reload; the listener and the session set
 //	admit.go         SSLRequest/TLS, GSSENCRequest, CancelRequest, StartupMessage
 //	authenticate.go  SCRAM-SHA-256 (plaintext or verifier secrets) or md5
+//	authquery.go     auth_query: secrets of users not in [[users]], from the route's primary, cached
 //	session.go       session: one client connection's state and goroutine
 //	connect.go       acquire a server connection, apply the client's settings
 //	forward.go       the client->server side: batches, analysis, routeBatch, writing units

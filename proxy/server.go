@@ -54,6 +54,9 @@ type Server struct {
 	credentials sync.Map // plaintext secret -> derived scram.StoredCredentials
 	mockNonce   [32]byte // salts mock SCRAM credentials of unknown users
 
+	// auth holds auth_query secrets by (route, user) (authquery.go).
+	auth authSecrets
+
 	routing atomic.Pointer[routing] // the route runtimes of the config in force (replicas.go)
 	// terminations counts units that called pg_terminate_backend: a
 	// session-pooled session whose reads go to replicas checks its own
