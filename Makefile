@@ -12,6 +12,8 @@
 #                      replayed against PostgreSQL and through kineticd in four
 #                      configurations, answers compared (test/differential);
 #                      not part of make test while it still finds mismatches
+#   make fuzz          every fuzz target of a decoder run on client bytes, for
+#                      FUZZTIME (10s) each, one after another (scripts/fuzz.sh)
 #   make demo          run kineticd in front of a throwaway primary + replica
 #   make build         bin/kineticd
 #   make check-config  validate deploy/kineticd.example.toml
@@ -101,6 +103,17 @@ conformance: deps build
 DIFFERENTIAL = KINETIC_DIFFERENTIAL=1 $(GO) test -count=1 -timeout 30m ./test/differential/
 differential: deps build
 	$(DIFFERENTIAL)
+
+# Native Go fuzzing of the decoders kineticd runs on client bytes (startup,
+# authentication, frontend messages, the relay loop, pg_kinetic.* commands,
+# classifier and hints, tokens, admin commands): FUZZTIME per target, exec
+# counts printed, fails on any failing input (written by go test under the
+# package's testdata/fuzz/<Target>/ and named in the output). FUZZTARGETS
+# ('pkg:Target ...') runs a subset.
+FUZZTIME ?= 10s
+.PHONY: fuzz
+fuzz: deps
+	FUZZTIME=$(FUZZTIME) GO=$(GO) bash scripts/fuzz.sh
 
 # make bench: every benchmark, none of them part of make test
 # (test/bench/README.md): the Go micro-benchmarks, the connection-scale run
