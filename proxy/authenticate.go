@@ -153,8 +153,10 @@ func (ss *session) md5Auth(hash string, lk *userLookup) error {
 		return err
 	}
 	// PostgreSQL's recv_password_packet: one NUL-terminated string filling
-	// the body, and not an empty one.
-	if bytes.IndexByte(body, 0) != len(body)-1 {
+	// the body, and not an empty one. An empty body (length word 4) has no
+	// NUL: IndexByte's -1 equals len(body)-1 there, so it is refused
+	// first (it crashed kineticd: FuzzAuthExchange).
+	if len(body) == 0 || bytes.IndexByte(body, 0) != len(body)-1 {
 		return protocolViolation("invalid password packet size")
 	}
 	if len(body) == 1 {
