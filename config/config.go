@@ -126,8 +126,9 @@ type Log struct {
 
 // User is a client identity. Password is plaintext, a "SCRAM-SHA-256$..."
 // verifier or an "md5..." hash. BackendUser/BackendPassword are what kineticd
-// uses towards the servers; they default to Name/Password and are required
-// (password) when Password is a verifier or hash, since a hash cannot log in.
+// uses towards the servers; they default to Name/Password. Without a
+// BackendPassword a verifier logs in to the servers with what its clients
+// prove (SCRAM pass-through) and an md5 hash answers md5 itself.
 //
 // Auth is AuthPassword (the default) or AuthCert: a cert user has no
 // Password; it logs in with a TLS client certificate that verifies against

@@ -419,14 +419,18 @@ func TestProblems(t *testing.T) {
 		{"duplicate user names", withTail(routesTail,
 			"[[users]]", `name = "app"`, `password = "a"`, "[[users]]", `name = "app"`, `password = "b"`,
 		), []want{{5, "users[1].name", `duplicate user name "app" (first at users[0].name, line 2)`}}},
-		{"hashes need a backend password", withTail(routesTail,
+		// A verifier or an md5 hash needs no backend_password (SCRAM
+		// pass-through, the hash answering md5), except a hash towards
+		// another backend_user: it is md5(password || name).
+		{"hashes and backend passwords", withTail(routesTail,
 			"[[users]]", `name = "a"`, `password = "md5`+strings.Repeat("ab", 16)+`"`,
-			"[[users]]", `name = "b"`, `password = "`+scramVerifier("pw")+`"`,
+			"[[users]]", `name = "b"`, `password = "`+scramVerifier("pw")+`"`, `backend_user = "other"`,
 			"[[users]]", `name = "c"`, `password = "x"`, `backend_password = "md5`+strings.Repeat("0", 32)+`"`,
+			"[[users]]", `name = "d"`, `password = "md5`+strings.Repeat("ab", 16)+`"`, `backend_user = "other"`,
+			"[[users]]", `name = "e"`, `password = "md5`+strings.Repeat("ab", 16)+`"`, `backend_user = "e"`,
 		), []want{
-			{1, "users[0].backend_password", "required when password is an MD5 hash: a hash cannot log in"},
-			{4, "users[1].backend_password", "required when password is a SCRAM-SHA-256 verifier"},
-			{10, "users[2].backend_password", "must be the plaintext password, not an MD5 hash"},
+			{11, "users[2].backend_password", "must be the plaintext password, not an MD5 hash"},
+			{12, "users[3].backend_password", `required when password is an MD5 hash and backend_user is not the user's name: the hash logs in only as "d"`},
 		}},
 		{"malformed SCRAM verifiers", withTail(routesTail,
 			"[[users]]", `name = "a"`, `password = "SCRAM-SHA-256$4096:c2FsdA=="`, `backend_password = "p"`,

@@ -308,8 +308,11 @@ func (v *validator) users() {
 		switch {
 		case u.BackendPassword != "" && PasswordKind(u.BackendPassword) != PasswordPlaintext:
 			v.problem(p.key("backend_password"), "must be the plaintext password, not %s: a hash cannot log in to a server", kindPhrase(u.BackendPassword))
-		case kind != PasswordPlaintext && u.BackendPassword == "":
-			v.problem(p.key("backend_password"), "required when password is %s: a hash cannot log in to a server", kindPhrase(u.Password))
+		case kind == PasswordMD5 && u.BackendPassword == "" && u.BackendUser != "" && u.BackendUser != u.Name:
+			// Without backend_password a verifier logs in with what its
+			// clients prove, and an md5 hash with itself (SCRAM
+			// pass-through); the hash, md5(password || name), only as name.
+			v.problem(p.key("backend_password"), "required when password is an MD5 hash and backend_user is not the user's name: the hash logs in only as %q", u.Name)
 		}
 	}
 }

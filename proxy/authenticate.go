@@ -136,6 +136,7 @@ func (ss *session) scramAuth(creds scram.StoredCredentials) error {
 	if err != nil || !conv.Valid() {
 		return fail
 	}
+	ss.srv.recordClientKey(creds, string(init.Data), first, string(resp.Data))
 	ss.authFinal = &pgproto3.AuthenticationSASLFinal{Data: []byte(final)}
 	return nil
 }
@@ -250,7 +251,11 @@ func isMD5Hash(s string) bool {
 // per login.
 func (s *Server) storedCredentials(secret string) (scram.StoredCredentials, error) {
 	if strings.HasPrefix(secret, "SCRAM-SHA-256$") {
-		return parseVerifier(secret)
+		c, err := parseVerifier(secret)
+		if err == nil {
+			s.scramSecret(c) // where scramAuth records the client's key (passthrough.go)
+		}
+		return c, err
 	}
 	if c, ok := s.credentials.Load(secret); ok {
 		return c.(scram.StoredCredentials), nil

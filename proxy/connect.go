@@ -180,8 +180,7 @@ func proxyPID() uint32 {
 // that one backend (pg_terminate_backend: the server is up) from the
 // server shutting down or crashing (the login fails).
 func (ss *session) serverUp(addr string) bool {
-	buser, bpass := ss.userCfg.Backend()
-	cred := pool.Credentials{User: buser, Password: bpass, Database: ss.route.BackendDB()}
+	cred := ss.srv.backendCredentials(ss.userCfg, ss.route.BackendDB())
 	dialer := pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: ss.srv.opts.connectTimeout}
 	c, err := dialer.Dial(context.Background(), addr, cred)
 	if err != nil {
@@ -192,8 +191,7 @@ func (ss *session) serverUp(addr string) bool {
 }
 
 func (ss *session) acquire(addr string) (*pool.Conn, *pool.Pool, error) {
-	buser, bpass := ss.userCfg.Backend()
-	cred := pool.Credentials{User: buser, Password: bpass, Database: ss.route.BackendDB()}
+	cred := ss.srv.backendCredentials(ss.userCfg, ss.route.BackendDB())
 	dialer := pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: ss.srv.opts.connectTimeout}
 	ctx := context.Background()
 	if repl, ok := ss.startupParams["replication"]; ok {
@@ -294,9 +292,8 @@ func (ss *session) acquireAnyReplica() (*pool.Conn, *pool.Pool, error) {
 // and route: the one place its pool.Options are built. A dial to addr
 // gives up after connectTimeout.
 func (ss *session) pool(addr string, connectTimeout time.Duration) (*pool.Pool, error) {
-	buser, bpass := ss.userCfg.Backend()
-	cred := pool.Credentials{User: buser, Password: bpass, Database: ss.route.BackendDB()}
-	return ss.srv.pools.Get(pool.Key{Addr: addr, User: buser, Database: cred.Database}, pool.Options{
+	cred := ss.srv.backendCredentials(ss.userCfg, ss.route.BackendDB())
+	return ss.srv.pools.Get(pool.Key{Addr: addr, User: cred.User, Database: cred.Database}, pool.Options{
 		Size:           ss.route.Pool.Size,
 		AcquireTimeout: ss.route.Pool.AcquireTimeout(),
 		Credentials:    cred,
@@ -338,6 +335,13 @@ func (ss *session) connectError(addr string, err error) error {
 	if errors.As(err, &pe) {
 		ss.log.Warn("server refused the proxy's connection", zap.String("server", addr), zap.Error(err))
 		return err
+	}
+	var pt *pool.PassThroughError
+	if errors.As(err, &pt) {
+		ss.log.Warn("cannot log in to the server with the client's secret", zap.String("server", addr), zap.Error(err))
+		return &clientError{severity: "FATAL", code: codeInvalidPassword,
+			message: fmt.Sprintf("pg-kinetic: cannot log in to server %s as %q with the client's credentials", addr, pt.User),
+			detail:  upperFirst(pt.Reason) + "."}
 	}
 	ss.log.Warn("cannot reach server", zap.String("server", addr), zap.Error(err))
 	return &clientError{severity: "FATAL", code: codeConnectionFailure,

@@ -95,8 +95,10 @@ func (rt *routeRuntime) checkerOf() *health.Checker {
 // newRouting builds the runtimes of cfg's routes, carrying over from prev
 // (the routing in force, nil at start) what counts across a reload. onDown
 // is called when a probe finds a server unreachable after it was reachable
-// (health.Options.Unreachable).
-func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string), prev *routing) *routing {
+// (health.Options.Unreachable). backend makes a user's server credentials
+// (Server.backendCredentials: pass-through secrets included); nil uses
+// the plaintext ones of config.User.Backend.
+func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string), prev *routing, backend func(*config.User, string) pool.Credentials) *routing {
 	r := &routing{routes: map[string]*routeRuntime{}}
 	readersCtx, stop := context.WithCancel(context.Background())
 	r.stopReaders = stop
@@ -120,8 +122,16 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string), p
 		// Probes log in with the first [[users]] entry's backend
 		// credentials to the route's backend database (SPEC is silent;
 		// documented in docs/behaviour.md).
-		user, pass := cfg.Users[0].Backend()
-		prober := health.NewPGProber(user, pass, rt.BackendDB(), cfg.Server.BackendTLSMode)
+		// A pass-through user's probes log in once a client has proved
+		// its verifier (passthrough.go).
+		var probeCred pool.Credentials
+		if backend != nil {
+			probeCred = backend(&cfg.Users[0], rt.BackendDB())
+		} else {
+			user, pass := cfg.Users[0].Backend()
+			probeCred = pool.Credentials{User: user, Password: pass, Database: rt.BackendDB()}
+		}
+		prober := health.NewPGProberWith(probeCred, cfg.Server.BackendTLSMode)
 		targets := []health.Target{{Route: rt.Name, Addr: rt.Primary.Address, Configured: health.RolePrimary}}
 		for _, rep := range rt.Replicas {
 			targets = append(targets, health.Target{Route: rt.Name, Addr: rep.Address, Configured: health.RoleStandby})
@@ -139,7 +149,7 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string), p
 			Elections:      prev.route(rt.Name).elections(),
 		})
 		r.probers = append(r.probers, prober)
-		positions := health.NewPGProber(user, pass, rt.BackendDB(), cfg.Server.BackendTLSMode).Named("pg-kinetic position")
+		positions := health.NewPGProberWith(probeCred, cfg.Server.BackendTLSMode).Named("pg-kinetic position")
 		r.probers = append(r.probers, positions)
 		route, timeout := rt, rt.HA.HealthTimeout()
 		checker := run.checker
@@ -528,9 +538,8 @@ func (s *Server) lookupVolatility(ss *session, conn *pool.Conn, names []string) 
 	for attempt := 0; attempt < 2; attempt++ {
 		reused := conn != nil
 		if conn == nil {
-			buser, bpass := ss.userCfg.Backend()
 			ctx, cancel := context.WithTimeout(context.Background(), s.opts.connectTimeout)
-			conn, err = s.dialCatalog(ctx, ss.route.Primary.Address, buser, bpass, ss.route.BackendDB(), ss.cfg.Server.BackendTLSMode)
+			conn, err = s.dialCatalog(ctx, ss.route.Primary.Address, s.backendCredentials(ss.userCfg, ss.route.BackendDB()), ss.cfg.Server.BackendTLSMode)
 			cancel()
 			if err != nil {
 				return nil, nil, fmt.Errorf("cannot connect for the catalog: %w", err)
@@ -555,14 +564,12 @@ func (s *Server) lookupVolatility(ss *session, conn *pool.Conn, names []string) 
 // dialCatalog opens the connection volatility lookups run on, logged in as
 // a session of the route would be (pool.Dialer: PostgreSQL's own SASLprep
 // for SCRAM passwords, raw bytes for md5).
-func (s *Server) dialCatalog(ctx context.Context, addr, user, pass, db, tlsMode string) (*pool.Conn, error) {
+func (s *Server) dialCatalog(ctx context.Context, addr string, cred pool.Credentials, tlsMode string) (*pool.Conn, error) {
 	if tlsMode == "" {
 		tlsMode = "disable"
 	}
-	return pool.Dialer{TLSMode: tlsMode}.Dial(ctx, addr, pool.Credentials{
-		User: user, Password: pass, Database: db,
-		Params: map[string]string{"application_name": "kineticd catalog"},
-	})
+	cred.Params = map[string]string{"application_name": "kineticd catalog"}
+	return pool.Dialer{TLSMode: tlsMode}.Dial(ctx, addr, cred)
 }
 
 // pgTextArray renders names as a PostgreSQL text[] literal.

@@ -79,7 +79,7 @@ func TestVolatilityLooksUpOnce(t *testing.T) {
 // volatility cache does not; a new route starts at zero.
 func TestRoutingCarriesCountsAcrossReload(t *testing.T) {
 	cfg := &config.Config{Routes: []config.Route{{Name: "main"}}}
-	first := newRouting(cfg, zap.NewNop(), nil, nil)
+	first := newRouting(cfg, zap.NewNop(), nil, nil, nil)
 	defer first.close()
 	run := first.route("main")
 	run.fallbacks.Add(2)
@@ -88,7 +88,7 @@ func TestRoutingCarriesCountsAcrossReload(t *testing.T) {
 	run.volatility.known = map[string]bool{"now": false}
 
 	cfg2 := &config.Config{Routes: []config.Route{{Name: "main"}, {Name: "other"}}}
-	second := newRouting(cfg2, zap.NewNop(), nil, first)
+	second := newRouting(cfg2, zap.NewNop(), nil, first, nil)
 	defer second.close()
 	next := second.route("main")
 	if next == run || next.fallbacks.Load() != 2 {

@@ -54,6 +54,10 @@ type Server struct {
 	credentials sync.Map // plaintext secret -> derived scram.StoredCredentials
 	mockNonce   [32]byte // salts mock SCRAM credentials of unknown users
 
+	// scramSecrets: verifier (secretKey) -> *pool.SCRAMSecret, the
+	// ClientKey its clients proved, for pass-through (passthrough.go).
+	scramSecrets sync.Map
+
 	// auth holds auth_query secrets by (route, user) (authquery.go).
 	auth authSecrets
 
@@ -153,7 +157,7 @@ func (s *Server) Reload() error {
 	cfg := s.opts.Config.Load()
 	// (Concurrent reloads are not expected: the admin console and SIGHUP
 	// run them one at a time.)
-	if old := s.routing.Swap(newRouting(cfg, s.log, s.abandonReads, s.routing.Load())); old != nil {
+	if old := s.routing.Swap(newRouting(cfg, s.log, s.abandonReads, s.routing.Load(), s.backendCredentials)); old != nil {
 		old.close()
 	}
 	if s.rollout != nil {
