@@ -272,3 +272,35 @@ func TestSCRAMPassThroughChannelBinding(t *testing.T) {
 		t.Fatalf("current_user %q, server connection over TLS %v", who, ssl)
 	}
 }
+
+// TestPassThroughProbeUser: the health probes log in as the first
+// [[users]] entry; when that is a pass-through user they cannot log in
+// before its first client has proved the verifier (so reads stay on the
+// primary), and do once one has: then reads reach the replicas.
+func TestPassThroughProbeUser(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 2*time.Minute)
+	role := uniqueIdent("ptprobe")
+	password := "probe-" + role
+	verifier, _ := passThroughRole(t, ctx, cl, role, password)
+	p := kinetictest.Params{ReadRoutingMode: "prefer_replica"}
+	for _, s := range cl.Standbys {
+		p.Replicas = append(p.Replicas, s.Addr())
+	}
+	first := fmt.Sprintf("[[users]]\nname = %q\npassword = %q\n\n[[users]]\nname = \"app\"", role, verifier)
+	toml := strings.Replace(kinetictest.TOML(cl, p), "[[users]]\nname = \"app\"", first, 1)
+	if !strings.Contains(toml, first) {
+		t.Fatal("the pass-through user is not first")
+	}
+	addr := startTOML(t, toml)
+	app := connect(t, ctx, kinetictest.DSN(addr, pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
+	defer app.Close(ctx)
+	for i := 0; i < 20; i++ {
+		if port := portOf(t, ctx, app, "select inet_server_port()"); port != cl.Primary.Port {
+			t.Fatalf("read %d ran on port %d before any probe could log in", i, port)
+		}
+	}
+	c := connect(t, ctx, kinetictest.DSN(addr, role, password, pgtest.AppDB))
+	c.Close(ctx)
+	kinetictest.AwaitReadOn(t, ctx, kinetictest.DSN(addr, pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB), cl.StandbyPorts())
+}
