@@ -350,3 +350,21 @@ func TestAdminConsoleRequireTLS(t *testing.T) {
 		t.Fatalf("route without TLS under admin require_tls: %q %v", who, err)
 	}
 }
+
+// TestCertUserWithoutAnySecret: a cert user with no backend_password logs
+// in to the servers without a password, which works where the server does
+// not ask for one (pgtest trusts the postgres role): a config with no
+// secret of this user at all.
+func TestCertUserWithoutAnySecret(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	ca := newTestCA(t, "kinetic test CA")
+	srvCert, srvKey := ca.issue(t, "127.0.0.1", true)
+	opsCert, opsKey := ca.issue(t, "ops", false)
+	px := kinetictest.Start(t, cl, kinetictest.Params{TLSMode: "verify-full", TLSCert: srvCert, TLSKey: srvKey, TLSCA: ca.file,
+		Extra: "\n[[users]]\nname = \"ops\"\nauth = \"cert\"\nbackend_user = \"postgres\"\n"})
+	who, err := loginAs(ctx, certDSN(px, "ops", "", "app", opsCert, opsKey))
+	if err != nil || who != "postgres" {
+		t.Fatalf("cert user without backend_password: current_user %q, %v; want postgres", who, err)
+	}
+}
