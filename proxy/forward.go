@@ -1087,15 +1087,25 @@ func (ss *session) syncPrimary() bool {
 // and floor to a position at or after everything the session wrote or
 // saw. When the primary cannot be reached the debt stays, and reads go to
 // the primary meanwhile (owesCapture).
+//
+// The debt is paid only once every answer the client is owed has arrived;
+// until then it stays too. Waiting for those answers here would stop the
+// session's only reader of the client while the server may be waiting for
+// that client: a COPY FROM STDIN interrupted by a Sync, a Flush or a Query
+// (a client's mistake, or a hostile one) never ends, and the session
+// outlived its client with its server connection
+// (TestHostileBytesNeverDisturbAGoodClient, TestSyncDuringCopyThenLeave).
 func (ss *session) payCaptureDebt() error {
 	if !ss.owesCapture() || !ss.freshnessOn() {
 		return nil
 	}
-	ss.waitIdle()
 	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.pending > 0 && !ss.killed && !(ss.cur != nil && ss.cur.dead) {
+		return nil
+	}
 	ss.fresh.captures++
 	ss.requestPositionLocked(captureWrite, true)
-	ss.mu.Unlock()
 	return nil
 }
 
