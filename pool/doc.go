@@ -1,8 +1,10 @@
 // Package pool owns kineticd's server connections: it dials PostgreSQL
 // servers and logs in itself (TLS per backend_tls_mode; SCRAM with
 // PostgreSQL's own SASLprep, md5 and cleartext with the raw password; see
-// login.go for why not pgconn), and keeps idle ones per (server address,
-// user, database).
+// login.go for why not pgconn; or without a password, pass-through: SCRAM
+// with the ClientKey a client proved for a verifier the server also holds,
+// md5 with the stored hash, scramkey.go), and keeps idle ones per (server
+// address, user, database).
 //
 // Contract:
 //   - A Pool hands out at most Size connections at once. Acquire blocks until
