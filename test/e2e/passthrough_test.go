@@ -102,7 +102,10 @@ func TestSCRAMPassThrough(t *testing.T) {
 	primary := cl.Primary.Port
 	for _, mode := range []string{"session", "transaction"} {
 		t.Run(mode, func(t *testing.T) {
-			px := routedProxy(t, cl, kinetictest.Params{PoolMode: mode, Extra: extra})
+			// fallback_policy wait, as the other routing tests: a read
+			// waits for a replica instead of falling back to the primary
+			// while a verdict is late on a loaded host.
+			px := routedProxy(t, cl, kinetictest.Params{PoolMode: mode, FallbackPolicy: "wait", Extra: extra})
 			dsn := px.DSN(role, password, pgtest.AppDB)
 
 			// pgx: a write on the primary as the role, reads on a replica.
