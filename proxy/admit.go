@@ -42,7 +42,7 @@ func (s *Server) handle(nc net.Conn) {
 	// a goroutine of its own: its deep stack is freed when login ends
 	// instead of staying with the session's long-lived goroutine.
 	started := make(chan bool, 1)
-	go func() { started <- ss.start() }()
+	go func() { started <- ss.startContained() }()
 	if <-started {
 		ss.serve()
 	}

@@ -96,7 +96,7 @@ func (ss *session) serve() {
 	if ss.primary != nil {
 		ss.attach(ss.primary)
 	}
-	ss.finish(ss.clientToServer())
+	ss.finish(ss.relayContained())
 }
 
 // finish closes a session after its relay loop ended.
@@ -142,6 +142,7 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			return true, errClientGone{err}
 		}
 		ss.noteClientMessage() // timeouts.go
+		failpoint(&failpoints.relay, h.Type, "relay")
 		limit, ok := frontendLimit(h.Type)
 		if !ok {
 			return true, protocolViolation("invalid frontend message type %d", h.Type)

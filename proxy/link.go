@@ -99,6 +99,9 @@ type link struct {
 	// queryTimedOut: query_timeout_ms cancelled the unit running here;
 	// its 57014 error is rewritten to say so (until its ReadyForQuery).
 	queryTimedOut atomic.Bool
+	// cancelling: that cancel is on its way (set and cleared under
+	// session.mu, which the waiter holds; see awaitTimeoutCancel).
+	cancelling atomic.Bool
 }
 
 // serverState is what one server session carries that the proxy must know
@@ -181,7 +184,7 @@ func newLink(c *pool.Conn, p *pool.Pool, replica, claimed bool) *link {
 // joins it in detach.
 func (ss *session) attach(l *link) {
 	if !ss.txPool {
-		go func() { l.readerDone <- ss.serverToClient(l) }()
+		go func() { l.readerDone <- ss.readContained(l) }()
 		return
 	}
 	// Transaction pooling attaches a reader per unit: an idle reader
@@ -206,7 +209,7 @@ const maxIdleReaders = 256
 // while fewer than maxIdleReaders wait, until the server closes.
 func (s *Server) reader(j readerJob) {
 	for {
-		j.l.readerDone <- j.ss.serverToClient(j.l)
+		j.l.readerDone <- j.ss.readContained(j.l)
 		j = readerJob{} // hold no session while idle
 		if s.idleReaders.Add(1) > maxIdleReaders {
 			s.idleReaders.Add(-1)
@@ -542,6 +545,7 @@ func (ss *session) serverToClient(l *link) error {
 			ss.linkFailed(l, err, sawFatal)
 			return errServerGone
 		}
+		failpoint(&failpoints.reader, h.Type, "server reader")
 
 		ss.mu.Lock()
 		st := ss.stepLocked(l, h.Type)
@@ -644,6 +648,7 @@ func (ss *session) serverToClient(l *link) error {
 			continue
 		}
 		if h.Type == 'Z' {
+			ss.awaitTimeoutCancel(l) // timeouts.go
 			if werr := ss.reportHeldParams(); werr != nil {
 				ss.conn.Close()
 				return werr
