@@ -339,13 +339,13 @@ func (s *Server) fetchSecret(cfg *config.Config, rt *config.Route, user string, 
 			return "", false, &authLookupError{unavailable: true, primary: addr, err: fmt.Errorf("its health probe failed: %s", v.Err)}
 		}
 	}
-	buser, bpass := au.Backend()
+	// auth_user logs in as its own sessions do: backend_password, a
+	// plaintext password, the md5 hash, or pass-through (passthrough.go).
+	cred := s.backendCredentials(au, rt.BackendDB())
+	cred.Params = map[string]string{"application_name": "kineticd auth_query"}
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.connectTimeout+authLookupTimeout)
 	defer cancel()
-	conn, err := pool.Dialer{TLSMode: cfg.Server.BackendTLSMode, ConnectTimeout: s.opts.connectTimeout}.Dial(ctx, addr, pool.Credentials{
-		User: buser, Password: bpass, Database: rt.BackendDB(),
-		Params: map[string]string{"application_name": "kineticd auth_query"},
-	})
+	conn, err := pool.Dialer{TLSMode: cfg.Server.BackendTLSMode, ConnectTimeout: s.opts.connectTimeout}.Dial(ctx, addr, cred)
 	if err != nil {
 		return "", false, &authLookupError{unavailable: unavailable(err), primary: addr, err: err}
 	}
@@ -388,9 +388,15 @@ func usableSecret(secret string) bool {
 // not be asked: anything but a server's ErrorResponse (a network error, a
 // timeout, a connection closed mid-answer), or a server refusal of class
 // 08 (connection), 53 (too many connections) or 57 (shutting down,
-// starting up, in recovery). A refusal of auth_user's login or an error of
-// auth_query is a configuration problem, not an unavailable primary.
+// starting up, in recovery). A refusal of auth_user's login, an
+// auth_user kineticd cannot log in as (pass-through without a key), or an
+// error of auth_query is a configuration problem, not an unavailable
+// primary.
 func unavailable(err error) bool {
+	var pt *pool.PassThroughError
+	if errors.As(err, &pt) {
+		return false
+	}
 	var pe *pool.ServerError
 	if !errors.As(err, &pe) {
 		return true

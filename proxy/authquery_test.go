@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
 // fakeClock is a settable clock for authSecrets.
@@ -220,6 +222,7 @@ func TestUnavailable(t *testing.T) {
 		{&pgconn.PgError{Severity: "FATAL", Code: "28P01", Message: "password authentication failed"}, false},
 		{fmt.Errorf("auth_query: %w", &pgconn.PgError{Severity: "ERROR", Code: "42501", Message: "permission denied for view pg_shadow"}), false},
 		{&pgconn.PgError{Severity: "FATAL", Code: "3D000"}, false},
+		{fmt.Errorf("login: %w", &pool.PassThroughError{User: "kinetic_auth", Reason: "no client has proved the verifier yet"}), false},
 	} {
 		if got := unavailable(tc.err); got != tc.want {
 			t.Errorf("unavailable(%v) = %v, want %v", tc.err, got, tc.want)
