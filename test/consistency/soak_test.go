@@ -314,8 +314,10 @@ var soakAllowed = map[string][]string{
 	// SIGKILL: the standby's backends vanish without a message.
 	"kill": {"57P01", "57P03", "08006", "conn"},
 	// pg_terminate_backend: 57P01 to the unit in flight on the cut server
-	// connection, or the connection just lost.
-	"cut": {"57P01", "08006", "conn"},
+	// connection, or the connection just lost; on the primary, 08007 to a
+	// write whose commit was in flight (its outcome unknown,
+	// docs/behaviour.md "Losing the primary").
+	"cut": {"57P01", "08006", "08007", "conn"},
 }
 
 // soakOpTimeout is the soak's hang guard per statement: an operation
@@ -985,7 +987,19 @@ func buildSoakReport(sc soakConfig, h *harness, workers []*worker, fl *faultLoop
 	b.WriteString("; pause, resume and hostile clients → none.\n\n")
 	fmt.Fprintf(&b, "- explained: %s\n- **unexplained: %s**\n", sortedCounts(explained), sortedCounts(unexplained))
 	for _, e := range firstUnexplained {
-		fmt.Fprintf(&b, "  - t=%v %s %s\n", e.at.Round(time.Millisecond), e.kind, e.code)
+		fmt.Fprintf(&b, "  - t=%v %s %s; the last fault begun before it:", e.at.Round(time.Millisecond), e.kind, e.code)
+		last := -1
+		for i, f := range faults {
+			if f.at <= e.at && f.kind != "none" {
+				last = i
+			}
+		}
+		if last < 0 {
+			b.WriteString(" none\n")
+			continue
+		}
+		f := faults[last]
+		fmt.Fprintf(&b, " %s %s at t=%v, done at t=%v\n", f.kind, f.server, f.at.Round(time.Millisecond), f.end.Round(time.Millisecond))
 	}
 
 	// Faults, hostile clients, violations, leaks.
