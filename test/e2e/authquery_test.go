@@ -33,7 +33,8 @@ const (
 // aqRoutes are the routes of TestAuthQuery beside kinetictest's "main",
 // all on the app database: aq (pg_shadow, 1 h TTL), aqfn (the SECURITY
 // DEFINER function of deploy/sql, a non-superuser auth_user), aqcount and
-// aqttl (a lookup that logs each call in aq_lookups; 1 h and 300 ms TTL).
+// aqttl (a lookup that logs each call in aq_lookups; 1 h and 300 ms TTL),
+// aqbad (an auth_user the server refuses).
 func aqRoutes(cl *pgtest.Cluster) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `
@@ -44,12 +45,19 @@ password = "super-pass"
 [[users]]
 name = %q
 password = "lookup-pass"
-`, aqSuper, aqLookup)
+
+[[users]]
+name = "aq_badauth"
+password = "bad-pass"
+backend_user = %q
+backend_password = "not-its-password"
+`, aqSuper, aqLookup, aqLookup)
 	for _, r := range []struct{ name, user, query, ttl string }{
 		{"aq", aqSuper, "", "3600000"},
 		{"aqfn", aqLookup, "SELECT * FROM pgkinetic.user_lookup($1)", "3600000"},
 		{"aqcount", aqSuper, "SELECT * FROM aq_counting_lookup($1, 'count')", "3600000"},
 		{"aqttl", aqSuper, "SELECT * FROM aq_counting_lookup($1, 'ttl')", "300"},
+		{"aqbad", "aq_badauth", "", "3600000"}, // the server refuses auth_user's login
 	} {
 		fmt.Fprintf(&b, "\n[[routes]]\nname = %q\ndatabase = %q\nbackend_database = %q\nauth_user = %q\nauth_cache_ttl_ms = %s\n", r.name, r.name, pgtest.AppDB, r.user, r.ttl)
 		if r.query != "" {
@@ -193,6 +201,13 @@ func TestAuthQuery(t *testing.T) {
 		} {
 			_, err := login(tc.user, tc.pass, tc.db)
 			wantPasswordFailure(t, err, tc.user)
+		}
+		// A lookup that cannot work (auth_user refused) is neither a wrong
+		// password nor an unavailable primary; the cause stays in the log.
+		_, err := login(aqSCRAM, "scram-pass", "aqbad")
+		if pe := asPgError(err); pe == nil || pe.Severity != "FATAL" || pe.Code != "28000" ||
+			pe.Message != `pg-kinetic: the auth_query lookup of route "aqbad" failed (see kineticd's log)` || pe.Detail != "" {
+			t.Fatalf("lookup with a refused auth_user: %v, want FATAL 28000 without detail", err)
 		}
 	})
 
