@@ -41,20 +41,24 @@ func (s *Server) cancel(k cancelKey) {
 		s.log.Debug("cancel request for unknown key", zap.Uint32("pid", k.pid))
 		return
 	}
-	ss.cancelRunning(false)
+	ss.cancelRunning(time.Time{})
 }
 
 // cancelRunning sends a CancelRequest to the server running the session's
-// unit, if one runs. timedOut marks the cancel as query_timeout_ms's, so
-// the error it causes names that limit (queryTimeoutError).
-func (ss *session) cancelRunning(timedOut bool) {
+// unit, if one runs. A timedOut unit (its tmo.unitAt) is query_timeout_ms's
+// cancel: it is sent only while that unit still runs, the error it causes
+// names the limit (queryTimeoutError), and the link's ReadyForQuery waits
+// until it is delivered (awaitTimeoutCancel), so it cannot reach the
+// client's next unit.
+func (ss *session) cancelRunning(timedOut time.Time) {
 	s := ss.srv
 	ss.mu.Lock()
 	l := ss.cur
 	if l == nil {
 		l = ss.primary
 	}
-	if l == nil || ss.txPool && ss.idleLocked() || !l.claimLocked() {
+	stale := !timedOut.IsZero() && (ss.pending == 0 || !ss.tmo.unitAt.Equal(timedOut))
+	if l == nil || stale || ss.txPool && ss.idleLocked() || !l.claimLocked() {
 		// Nothing runs for the session (in transaction pooling its last
 		// connection may serve another client by now: a cancel there
 		// would stop that client's statement).
@@ -63,14 +67,21 @@ func (ss *session) cancelRunning(timedOut bool) {
 	}
 	// The claim keeps the connection from going back to its pool (and to
 	// another session) until the cancel has been delivered.
+	if !timedOut.IsZero() {
+		l.queryTimedOut.Store(true)
+		l.cancelling.Store(true)
+	}
 	ss.mu.Unlock()
 	defer ss.unclaim(l)
-	if timedOut {
-		l.queryTimedOut.Store(true)
-	}
 	srv := l.conn
 	if err := sendCancel(srv.Addr, srv.PID, srv.SecretKey, s.opts.connectTimeout); err != nil {
 		ss.log.Warn("relaying cancel request failed", zap.String("server", srv.Addr), zap.Error(err))
+	}
+	if !timedOut.IsZero() {
+		ss.mu.Lock()
+		l.cancelling.Store(false)
+		ss.cond.Broadcast() // awaitTimeoutCancel
+		ss.mu.Unlock()
 	}
 }
 

@@ -140,6 +140,7 @@ type session struct {
 	//	waitCaptures (fresh.go)          captures == 0: the session's write positions answered
 	//	awaitPrimaryCheck (session.go)   !checkingPrimary
 	//	link.go parking                  the parked reader's link is claimed or released
+	//	awaitTimeoutCancel (timeouts.go) !l.cancelling: query_timeout_ms's cancel was delivered
 	//
 	// Lock order: wmu, then mu (a server reader relaying to the client
 	// holds wmu and takes mu to record what it relayed); wmu is never

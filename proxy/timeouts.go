@@ -135,13 +135,14 @@ func (ss *session) checkTimeouts(now time.Time) {
 		if due {
 			ss.tmo.cancelled = ss.tmo.unitAt
 		}
+		unit := ss.tmo.cancelled
 		ss.mu.Unlock()
 		if due {
 			ss.log.Info("query_timeout_ms expired: cancelling the unit on its server", zap.Duration("query_timeout", qt))
 			ss.srv.wg.Add(1)
 			go func() {
 				defer ss.srv.wg.Done()
-				ss.cancelRunning(true)
+				ss.cancelRunning(unit)
 			}()
 		}
 		return
@@ -174,6 +175,22 @@ func (ss *session) checkTimeouts(now time.Time) {
 	}
 	ss.log.Debug("closing an idle client", zap.Bool("in_transaction", inTx), zap.Duration("idle", now.Sub(since)))
 	ss.killWithin(err, idleKillPatience)
+}
+
+// awaitTimeoutCancel holds l's ReadyForQuery (its reader, before relaying
+// it) while query_timeout_ms's cancel is on its way to l's server: a
+// client that has not seen the ReadyForQuery sends no next unit, and l
+// does not go back to its pool, so a late cancel finds the server idle,
+// where PostgreSQL ignores it, instead of stopping the next statement.
+func (ss *session) awaitTimeoutCancel(l *link) {
+	if !l.cancelling.Load() {
+		return
+	}
+	ss.mu.Lock()
+	for l.cancelling.Load() && !ss.killed {
+		ss.cond.Wait()
+	}
+	ss.mu.Unlock()
 }
 
 // queryTimeoutError rewrites the ErrorResponse body of the unit that
