@@ -156,8 +156,9 @@ func (l *limiter) gate(key Key, n int) *dialGate {
 	return g
 }
 
-// dial runs p's Dialer once a slot of the server's gate is free.
-func (l *limiter) dial(ctx context.Context, p *Pool) (*Conn, error) {
+// enter waits, within ctx, for a slot of the dial gate of p's server;
+// leave gives it back.
+func (l *limiter) enter(ctx context.Context, p *Pool) (*dialGate, error) {
 	g := l.gate(p.key, p.opts.Limits.MaxDials)
 	select {
 	case g.slots <- struct{}{}:
@@ -178,10 +179,12 @@ func (l *limiter) dial(ctx context.Context, p *Pool) (*Conn, error) {
 			break
 		}
 	}
-	c, err := p.opts.Dialer.Dial(ctx, p.key.Addr, p.opts.Credentials)
+	return g, nil
+}
+
+func (l *limiter) leave(g *dialGate) {
 	l.inProgress.Add(-1)
 	<-g.slots
-	return c, err
 }
 
 // DialStats are the server logins a Manager's pools have in progress now

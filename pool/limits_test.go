@@ -234,3 +234,40 @@ func TestSweep(t *testing.T) {
 	}
 	p.Release(c)
 }
+
+// A login slower than the caller's wait goes on after the caller gave up
+// (its acquire timeout): the caller gets an error that is not
+// ErrPoolTimeout (the pool had room; the server was slow), the login
+// finishes, and its connection joins the idle ones, where the next
+// caller finds it without a login of its own. Before, the login was
+// abandoned with its caller, and a server slower than the wait never
+// logged anyone in (the soak's collapse).
+func TestLoginOutlivesItsCaller(t *testing.T) {
+	s := startLoginServer(t, 400*time.Millisecond)
+	m := NewManager()
+	defer m.Close()
+	p, _ := m.Get(Key{Addr: s.addr, User: "u", Database: "d"}, limitedOpts(Limits{MaxDials: 2}))
+	_, err := p.Acquire(context.Background()) // AcquireTimeout 200 ms
+	var goesOn *loginGoesOn
+	if err == nil || errors.Is(err, ErrPoolTimeout) || !errors.As(err, &goesOn) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire during a 400 ms login with a 200 ms wait: %v; want a login still in progress", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Stats().Idle != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the login that went on never joined the pool: %+v, %d logins", p.Stats(), s.logins.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := p.Stats(); st.Active != 0 || m.DialStats().InProgress != 0 {
+		t.Fatalf("after the adopted login: %+v, dial stats %+v; want nothing active or dialling", st, m.DialStats())
+	}
+	c, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.logins.Load(); n != 1 {
+		t.Fatalf("%d logins; want the adopted connection reused (1)", n)
+	}
+	p.Release(c)
+}

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -149,14 +150,55 @@ func (p *Pool) take(ctx context.Context, timed bool) (*Conn, error) {
 
 	c, err := p.dial(ctx, timed)
 	if err != nil {
-		p.mu.Lock()
-		p.active--
-		p.mu.Unlock()
-		<-p.slots
+		var goesOn *loginGoesOn
+		if !errors.As(err, &goesOn) {
+			// (A login that goes on keeps the slot: adopt.)
+			p.mu.Lock()
+			p.active--
+			p.mu.Unlock()
+			<-p.slots
+		}
 		return nil, err
 	}
 	c.pool = p
 	return c, nil
+}
+
+// loginGoesOn is the error of a caller that stopped waiting for a login
+// still in progress: the login runs on to its own deadline, and its
+// connection joins the pool's idle ones (adopt).
+type loginGoesOn struct {
+	addr  string
+	cause error
+}
+
+func (e *loginGoesOn) Error() string {
+	return "login to " + e.addr + " still in progress when the wait for it ended: " + e.cause.Error()
+}
+
+func (e *loginGoesOn) Unwrap() error { return e.cause }
+
+// dialResult is a login's outcome.
+type dialResult struct {
+	c   *Conn
+	err error
+}
+
+// adopt takes over the slot of a caller that stopped waiting for the
+// login whose outcome res will carry: a connection that logs in joins the
+// idle ones, a failed login frees the slot and its count.
+func (p *Pool) adopt(res <-chan dialResult) {
+	r := <-res
+	if r.err != nil {
+		p.lim.release(p.key)
+		p.mu.Lock()
+		p.active--
+		p.mu.Unlock()
+		<-p.slots
+		return
+	}
+	r.c.born, r.c.counted, r.c.pool = time.Now(), true, p
+	p.put(r.c)
 }
 
 // dial opens a connection within the Manager's limits: it waits for room
@@ -178,15 +220,54 @@ func (p *Pool) dial(ctx context.Context, timed bool) (*Conn, error) {
 	if err := p.lim.reserve(ctx, p); err != nil {
 		return nil, err
 	}
-	c, err := p.lim.dial(ctx, p)
+	g, err := p.lim.enter(ctx, p)
 	if err != nil {
 		p.lim.release(p.key)
 		return nil, err
 	}
-	c.born = time.Now()
-	c.counted = true
-	return c, nil
+	// The login runs to its own deadline (the Dialer's ConnectTimeout),
+	// not the caller's: a caller that stops waiting (its acquire timeout,
+	// its client gone) leaves it to finish, and its connection to join
+	// the pool. Abandoned halfway, a login still costs the server its
+	// fork and authentication; on a server too slow to log anyone in
+	// within the wait, redialling at once filled its accept queue with
+	// abandoned connections and no login ever got through again (the
+	// soak's congestion collapse, docs/soak-report.md).
+	res := make(chan dialResult, 1)
+	go func() {
+		login := context.WithoutCancel(ctx)
+		if p.opts.Dialer.ConnectTimeout <= 0 {
+			var cancel context.CancelFunc
+			login, cancel = context.WithTimeout(login, defaultLoginTimeout)
+			defer cancel()
+		}
+		c, err := p.opts.Dialer.Dial(login, p.key.Addr, p.opts.Credentials)
+		p.lim.leave(g)
+		res <- dialResult{c, err}
+	}()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			p.lim.release(p.key)
+			return nil, r.err
+		}
+		r.c.born = time.Now()
+		r.c.counted = true
+		return r.c, nil
+	case <-ctx.Done():
+		go p.adopt(res)
+		// (Not ErrPoolTimeout: the pool had room, the server was slow.)
+		cause := ctx.Err()
+		if errors.Is(context.Cause(ctx), ErrPoolTimeout) {
+			cause = fmt.Errorf("the login did not finish within acquire_timeout_ms: %w", context.DeadlineExceeded)
+		}
+		return nil, &loginGoesOn{addr: p.key.Addr, cause: cause}
+	}
 }
+
+// defaultLoginTimeout bounds a login that outlives its caller when the
+// Dialer has no ConnectTimeout.
+const defaultLoginTimeout = 30 * time.Second
 
 // expired reports whether c has outlived the pool's Lifetime.
 func (p *Pool) expired(c *Conn, now time.Time) bool {
