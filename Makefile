@@ -5,7 +5,8 @@
 #                      (end-to-end tests start real PostgreSQL 15 via test/pgtest),
 #                      then make conformance, the differential test's
 #                      regression seeds in every mode and 10,000 random
-#                      sequences in session pooling, then make deploy-check
+#                      sequences in session pooling, then make fuzz for 3 s a
+#                      target (CI_FUZZTIME), then make deploy-check
 #   make conformance   pgx's own test suite directly and through kineticd in four
 #                      configurations (test/conformance, ~10 minutes, no -race)
 #   make differential  10,000 seeded random protocol sequences per mode, each
@@ -74,6 +75,9 @@ test: deps build
 	KINETIC_DIFF_N=0 KINETIC_DIFF_WIDEN=1 $(DIFFERENTIAL)
 	# Session pooling, routing off, passes 10,000 random sequences: kept so.
 	KINETIC_DIFF_N=10000 KINETIC_DIFF_MODES=session KINETIC_DIFF_SEED=616161 KINETIC_DIFF_REGRESSIONS=0 $(DIFFERENTIAL)
+	# A bounded fuzz run of the decoders of client bytes (issue 16): 16
+	# targets, CI_FUZZTIME each (most of the time is building each one).
+	$(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 	# Deployment artifacts (issue 15): the unit, the package, the image, the chart.
 	$(MAKE) deploy-check
 
@@ -111,6 +115,7 @@ differential: deps build
 # package's testdata/fuzz/<Target>/ and named in the output). FUZZTARGETS
 # ('pkg:Target ...') runs a subset.
 FUZZTIME ?= 10s
+CI_FUZZTIME ?= 3s
 .PHONY: fuzz
 fuzz: deps
 	FUZZTIME=$(FUZZTIME) GO=$(GO) bash scripts/fuzz.sh
