@@ -67,38 +67,7 @@ func TestCheckerFollowsFailover(t *testing.T) {
 	}
 	c, p, clock := testChecker(t, Options{Targets: targets, FollowFailover: true, MaxBackoff: time.Second},
 		map[string]answer{addrA: primTL(1, 1000), addrB: stbyTL(1, 1000), addrC: stbyTL(1, 1000)})
-	start := clock.Now()
-	for _, a := range []string{addrA, addrB, addrC} {
-		waitVerdict(t, c, a, start)
-	}
-	// step sets the answers and moves time on, 10 ms at a time, until
-	// every server was probed after that (backoffs and hurries make the
-	// loops' waits differ).
-	step := func(answers map[string]answer) *Snapshot {
-		t.Helper()
-		for a, ans := range answers {
-			p.set(a, ans)
-		}
-		t0 := clock.Now()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			s := c.Snapshot()
-			done := true
-			for _, a := range []string{addrA, addrB, addrC} {
-				if v, ok := s.Get(a); !ok || !v.ProbedAt.After(t0) {
-					done = false
-				}
-			}
-			if done {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not every server was probed after %v: %+v", t0, s.All())
-			}
-			clock.Advance(10 * time.Millisecond)
-			time.Sleep(time.Millisecond)
-		}
-	}
+	step := stepper(t, c, p, clock, addrA, addrB, addrC)
 	s := c.Snapshot()
 	if e, ok := s.Election("main"); !ok || e.Primary != addrA {
 		t.Fatalf("first election %+v %v, want %s", e, ok, addrA)
@@ -164,35 +133,7 @@ func TestCheckerLagAcrossFailover(t *testing.T) {
 	}
 	c, p, clock := testChecker(t, Options{Targets: targets, FollowFailover: true, MaxBackoff: time.Second},
 		map[string]answer{addrA: prim(2, 900, nil), addrB: stby(2, 900, run1), addrC: stby(2, 900, run1)})
-	start := clock.Now()
-	for _, a := range []string{addrA, addrB, addrC} {
-		waitVerdict(t, c, a, start)
-	}
-	step := func(answers map[string]answer) *Snapshot {
-		t.Helper()
-		for a, ans := range answers {
-			p.set(a, ans)
-		}
-		t0 := clock.Now()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			s := c.Snapshot()
-			done := true
-			for _, a := range []string{addrA, addrB, addrC} {
-				if v, ok := s.Get(a); !ok || !v.ProbedAt.After(t0) {
-					done = false
-				}
-			}
-			if done {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not every server was probed after %v: %+v", t0, s.All())
-			}
-			clock.Advance(10 * time.Millisecond)
-			time.Sleep(time.Millisecond)
-		}
-	}
+	step := stepper(t, c, p, clock, addrA, addrB, addrC)
 	step(map[string]answer{addrA: prim(2, 1000, nil), addrB: stby(2, 1000, run1)})
 	// The primary dies; the standbys' receivers stop, and their probes
 	// fall back to a restartpoint on timeline 1.
@@ -231,5 +172,42 @@ func TestCheckerLagAcrossFailover(t *testing.T) {
 	s = step(map[string]answer{addrC: stby(3, 1100, run2)})
 	if v, _ := s.Get(addrC); v.LagMS != 0 || v.Timeline != 3 {
 		t.Fatalf("standby C on timeline 3: timeline %d lag %d ms, want 3 and 0", v.Timeline, v.LagMS)
+	}
+}
+
+// stepper waits for every server's first verdict, then returns step: it
+// sets the answers and moves time on, 10 ms at a time, until every server
+// was probed after that (backoffs and hurries make the loops' waits
+// differ), and returns the snapshot.
+func stepper(t *testing.T, c *Checker, p *fakeProber, clock *fakeClock, addrs ...string) func(map[string]answer) *Snapshot {
+	t.Helper()
+	start := clock.Now()
+	for _, a := range addrs {
+		waitVerdict(t, c, a, start)
+	}
+	return func(answers map[string]answer) *Snapshot {
+		t.Helper()
+		for a, ans := range answers {
+			p.set(a, ans)
+		}
+		t0 := clock.Now()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			s := c.Snapshot()
+			done := true
+			for _, a := range addrs {
+				if v, ok := s.Get(a); !ok || !v.ProbedAt.After(t0) {
+					done = false
+				}
+			}
+			if done {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not every server was probed after %v: %+v", t0, s.All())
+			}
+			clock.Advance(10 * time.Millisecond)
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
