@@ -24,8 +24,9 @@ import (
 //     standby its WAL receiver's received_tli, else (no receiver, or a probe
 //     user without pg_read_all_stats, who sees NULL) the later of its
 //     latest restartpoint's timeline and its minimum recovery point's
-//     (moved on whenever recovery flushes a page, so usually sooner): both
-//     at or behind the timeline it replays, never ahead
+//     (moved on when recovery flushes a page; under a light load that is
+//     no sooner than the restartpoint): both at or behind the timeline it
+//     replays, never ahead
 //  4. a primary's pg_current_wal_insert_lsn(), in bytes
 //  5. a standby's pg_last_wal_receive_lsn(), in bytes
 //  6. a standby's pg_last_wal_replay_lsn(), in bytes
