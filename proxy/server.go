@@ -164,7 +164,7 @@ func (s *Server) Reload() error {
 		s.rollout.reloaded(cfg)
 		s.syncers.reconcile(cfg)
 	}
-	s.declareSeries(cfg) // series.go: the route's labelled series exist at 0
+	s.declareSeries(cfg)            // series.go: the route's labelled series exist at 0
 	tc, err := clientTLSConfig(cfg) // clientcert.go
 	if err != nil {
 		return err

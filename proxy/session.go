@@ -85,7 +85,7 @@ type session struct {
 	// clientCert is the client's certificate, verified against
 	// tls_ca_file by the handshake; nil when it sent none (clientcert.go).
 	clientCert *x509.Certificate
-	cfg     *config.Config // snapshot taken at accept
+	cfg        *config.Config // snapshot taken at accept
 
 	user, database string
 	startupParams  map[string]string
