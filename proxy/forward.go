@@ -179,6 +179,25 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			continue
 		}
 
+		if (h.Type == 'Q' || h.Type == 'F') && len(b.msgs) > 0 {
+			// A Query or FunctionCall after extended messages with no
+			// Sync: the messages before it are routed as an open unit,
+			// and it follows them to their server as part of it
+			// (streamedCall).
+			l, skipRest, err := ss.openUnit(&b)
+			b.reset()
+			if err != nil {
+				return true, err
+			}
+			ss.stream, skip = l, skipRest
+			if skip {
+				if err := wire.Discard(ss.r, h.Len); err != nil {
+					return false, errClientGone{err}
+				}
+				continue
+			}
+		}
+
 		// Messages of a unit already routed (after a Flush, or an
 		// oversized batch), and COPY data, follow their unit's server.
 		if ss.stream != nil || len(b.msgs) == 0 && (h.Type == 'd' || h.Type == 'c' || h.Type == 'f') {
@@ -217,6 +236,16 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 					return false, err
 				}
 				continue
+			}
+			if ss.stream != nil && (h.Type == 'Q' || h.Type == 'F') {
+				if run, err := ss.streamedCall(l); err != nil {
+					return false, err
+				} else if !run {
+					if err := wire.Discard(ss.r, h.Len); err != nil {
+						return false, errClientGone{err}
+					}
+					continue
+				}
 			}
 			if ss.stream == nil && l != nil && !ss.claimLink(l) {
 				// (COPY data: the copy's connection, claimed while the
@@ -305,6 +334,44 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			}
 		}
 	}
+}
+
+// openUnit routes b, extended messages a Query or FunctionCall follows
+// before any Sync, as an open unit (the messages that follow go to its
+// server). l is nil when there is no server part; skip is true when the
+// unit failed before reaching a server (rejected, or a proxy-answered
+// message's error): the server would skip to Sync, and so does the proxy.
+func (ss *session) openUnit(b *batch) (l *link, skip bool, err error) {
+	if plan := ss.localPlan(b); plan != nil {
+		return ss.runWithLocal(b, plan, nil)
+	}
+	l, err = ss.routeBatch(b, true, false)
+	if err != nil {
+		return nil, false, err
+	}
+	return l, l == nil, nil
+}
+
+// streamedCall decides whether a Query or FunctionCall that follows an
+// open unit's extended messages is written to l. PostgreSQL skips it when
+// one of those messages failed (it skips everything up to Sync, and no
+// ReadyForQuery answers what it skipped); the proxy cannot tell from the
+// bytes alone, and counting an answer that never comes would leave the
+// session waiting for it. So the messages before it are answered first (a
+// barrier, one round trip for this rare pattern): run is false when the
+// server failed them, and the Query is then dropped as the server would
+// drop it.
+func (ss *session) streamedCall(l *link) (run bool, err error) {
+	if l == nil {
+		return true, nil
+	}
+	ss.mu.Lock()
+	pendingExtended := l.sent > 0 || l.failed == l.batches+1
+	ss.mu.Unlock()
+	if !pendingExtended {
+		return true, nil
+	}
+	return ss.barrier(l)
 }
 
 // serverFixed reports whether the next unit's server is known before its

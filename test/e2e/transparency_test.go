@@ -847,3 +847,76 @@ func TestProxyErrorAbortsTheServerTransaction(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryAfterUnsyncedExtendedMessages: a Query or FunctionCall that
+// follows extended messages with no Sync between them runs when those
+// succeeded, and is skipped (no answer, no ReadyForQuery) when one failed,
+// as PostgreSQL skips everything up to Sync. Each exchange is compared with
+// PostgreSQL's own answers to the same messages. The proxy used to count a
+// ReadyForQuery for the skipped message: the session's next unit waited 5 s
+// for a WAL position that never came, and a client that then closed its
+// side was not closed in time (TestHostileBytesNeverDisturbAGoodClient,
+// seed 1796211702719763019: Describe, Bind, CopyData, FunctionCall).
+func TestQueryAfterUnsyncedExtendedMessages(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	cases := []struct {
+		name string
+		msgs []pgproto3.FrontendMessage
+	}{
+		{"FailedParseThenQuery", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "selec 1"}, &pgproto3.Query{String: "select 'skipped'"}, &pgproto3.Sync{}}},
+		{"FailedBindThenFunctionCall", []pgproto3.FrontendMessage{
+			&pgproto3.Bind{PreparedStatement: "pg_kinetic_no_such_statement"}, &pgproto3.FunctionCall{Function: 0}, &pgproto3.Sync{}}},
+		{"FailedDescribeFlushThenQuery", []pgproto3.FrontendMessage{
+			&pgproto3.Describe{ObjectType: 'S', Name: "pg_kinetic_no_such_statement"}, &pgproto3.Flush{},
+			&pgproto3.Query{String: "select 'skipped'"}, &pgproto3.Sync{}}},
+		{"ReadThenQuery", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "select 'extended'"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Query{String: "select 'simple'"}, &pgproto3.Sync{}}},
+		{"ReadFlushThenQuery", []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "select 'extended'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Flush{},
+			&pgproto3.Query{String: "select 'simple'"}, &pgproto3.Sync{}}},
+	}
+	// Each case ends with a Query of its own: the session must answer it
+	// at once, on the next unit.
+	after := &pgproto3.Query{String: "select 'after'"}
+	run := func(dsn string, msgs []pgproto3.FrontendMessage) string {
+		rc := rawConnect(t, ctx, dsn)
+		defer rc.close()
+		rc.send(append(msgs, after)...)
+		var out []string
+		for ready := 0; ready < 2 || !strings.HasSuffix(strings.Join(out, " "), "D:after C:SELECT 1 Z:I"); {
+			got := rc.expect(1)
+			out = append(out, got)
+			if strings.HasPrefix(got, "Z:") {
+				ready++
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	direct := cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB)
+	for _, px := range []struct {
+		name string
+		px   *kinetictest.Proxy
+	}{
+		{"RoutingOff", kinetictest.Start(t, cl, kinetictest.Params{})},
+		{"Routed", routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})},
+	} {
+		for _, c := range cases {
+			t.Run(px.name+"/"+c.name, func(t *testing.T) {
+				want := run(direct, c.msgs)
+				start := time.Now()
+				got := run(px.px.AppDSN(), c.msgs)
+				if got != want {
+					t.Errorf("through kineticd:\n  %s\ndirectly:\n  %s", got, want)
+				}
+				// (The wait for a WAL position that never comes lasted
+				// 5 s, captureWait: this is that hang, not a speed target.)
+				if d := time.Since(start); d > 4*time.Second {
+					t.Errorf("answered after %v: the session waited for an answer that never comes", d.Round(time.Millisecond))
+				}
+			})
+		}
+	}
+}
