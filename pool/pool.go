@@ -298,13 +298,21 @@ func (p *Pool) Release(c *Conn) {
 // available again, whatever NoReset says.
 func (p *Pool) ReleaseReset(c *Conn) {
 	if !c.broken {
+		// A server that does not answer the reset in time is in a state
+		// the caller misjudged (one skipping to a Sync ignores it): it is
+		// closed, never waited on for ever.
+		c.SetReadDeadline(time.Now().Add(resetTimeout))
 		if err := c.Exec(p.opts.ResetQuery, nil); err != nil {
 			c.broken = true
 		}
+		c.SetReadDeadline(time.Time{})
 		c.State = nil
 	}
 	p.put(c)
 }
+
+// resetTimeout bounds the reset query on release (ReleaseReset).
+const resetTimeout = 10 * time.Second
 
 // Discard closes c and frees its slot.
 func (p *Pool) Discard(c *Conn) {

@@ -150,6 +150,13 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 		if h.Len > limit {
 			return true, protocolViolation("invalid message length")
 		}
+		if (h.Type == 'S' || h.Type == 'H') && h.Len > 0 {
+			// PostgreSQL fails such a Sync or Flush with an ERROR and, for a
+			// Flush, skips to the next Sync; the proxy, which cannot tell
+			// that error from an unsolicited one, ends the session instead
+			// (docs/behaviour.md, Limits).
+			return true, protocolViolation("invalid message format: %s with a body", map[byte]string{'S': "Sync", 'H': "Flush"}[h.Type])
+		}
 		if h.Type == 'X' || ss.isKilled() {
 			return true, nil
 		}

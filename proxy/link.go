@@ -251,7 +251,10 @@ func (ss *session) detach(l *link, clientAtBoundary bool) {
 	// session's next write, which would have done it, never comes).
 	l.applyServerUndoLocked()
 	busy := l.batches != l.rfqs
-	idle := !busy && (l != ss.cur || ss.idleLocked())
+	// A server that failed a batch skips everything up to a Sync the
+	// client never sent: a reset there would never be answered.
+	skipping := l.failed == l.rfqs+1
+	idle := !busy && !skipping && (l != ss.cur || ss.idleLocked())
 	ss.mu.Unlock()
 	if errors.Is(rerr, errReleased) {
 		return // already back in its pool

@@ -1,10 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5/pgproto3"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
@@ -918,5 +920,45 @@ func TestQueryAfterUnsyncedExtendedMessages(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSyncOrFlushWithABody: a Sync or Flush whose length word says it has
+// a body (PostgreSQL fails it with 08P01 and, for a Flush, then skips to
+// the next Sync) ends the session with FATAL 08P01, and the connection is
+// closed at once. Before, a Flush with a body had the server skip to a
+// Sync that never came while the proxy took it for idle: the session's
+// end waited for ever on the reset of that connection, and the client,
+// which had closed its side, was never closed (hostile test, seed
+// 1796212521672154413).
+func TestSyncOrFlushWithABody(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})
+	for _, typ := range []byte{'S', 'H'} {
+		for _, halfClose := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%c/halfClose=%v", typ, halfClose), func(t *testing.T) {
+				rc := rawConnect(t, ctx, px.AppDSN())
+				rc.nc.Write([]byte{typ, 0, 0, 0, 9, 1, 2, 3, 4, 5})
+				if halfClose {
+					rc.nc.(*net.TCPConn).CloseWrite()
+				}
+				rc.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+				out, err := io.ReadAll(rc.nc)
+				if err != nil {
+					t.Fatalf("not closed: %v (answered %q)", err, out)
+				}
+				if !bytes.Contains(out, []byte("SFATAL\x00")) || !bytes.Contains(out, []byte("C08P01\x00")) {
+					t.Errorf("answered %q, want FATAL 08P01", out)
+				}
+			})
+		}
+	}
+	// The pool is not left with a connection that skips to Sync: new
+	// sessions run as before.
+	c := connect(t, ctx, px.AppDSN())
+	var one int
+	if err := c.QueryRow(ctx, "select 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("select 1 after: %v, %d", err, one)
 	}
 }
