@@ -379,8 +379,12 @@ func explainErr(e errEvent, faults []faultRecord, primary string) string {
 // ---- sampling ----
 
 type soakSample struct {
-	at         time.Duration
-	rssKiB     int64
+	at     time.Duration
+	rssKiB int64
+	// liveMiB is kineticd's live heap at its last GC: half the Go
+	// runtime's next GC goal (go_memstats_next_gc_bytes, GOGC=100). RSS
+	// also holds what the runtime has not returned to the system yet.
+	liveMiB    float64
 	fds        int   // /proc/PID/fd entries
 	goroutines int   // go_goroutines
 	clients    int   // kinetic_client_connections
@@ -446,6 +450,7 @@ func (sp *sampler) take(at time.Duration) {
 		notes = append(notes, "metrics: "+err.Error())
 	}
 	s.goroutines = int(m.value("go_goroutines", -1))
+	s.liveMiB = m.value("go_memstats_next_gc_bytes", -1) / 2 / (1 << 20)
 	s.clients = int(m.value("kinetic_client_connections", -1))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -483,8 +488,8 @@ func (sp *sampler) take(at time.Duration) {
 	if k := len(sp.samples); k > 1 {
 		prev = sp.samples[k-2].at
 	}
-	sp.h.t.Logf("soak sample t=%v: rss %.1f MiB, fds %d, goroutines %d, clients %d, backends %v, pooled %v, %.0f stmt/s, errors %s, faults %d, hostile %d, violations %d, listen overflows %d %s",
-		at.Round(time.Second), float64(s.rssKiB)/1024, s.fds, s.goroutines, s.clients, s.backends, s.pooled,
+	sp.h.t.Logf("soak sample t=%v: rss %.1f MiB, live heap %.1f MiB, fds %d, goroutines %d, clients %d, backends %v, pooled %v, %.0f stmt/s, errors %s, faults %d, hostile %d, violations %d, listen overflows %d %s",
+		at.Round(time.Second), float64(s.rssKiB)/1024, s.liveMiB, s.fds, s.goroutines, s.clients, s.backends, s.pooled,
 		float64(s.stmts)/(at-prev).Seconds(), sortedCounts(s.errs), s.faults, s.hostile, s.violations, s.overflows, s.note)
 }
 
@@ -868,18 +873,18 @@ func buildSoakReport(sc soakConfig, h *harness, workers []*worker, fl *faultLoop
 		names = append(names, s.Name)
 	}
 	fmt.Fprintf(&b, "## Per-interval samples\n\n")
-	fmt.Fprintf(&b, "| t | RSS MiB | fds | goroutines | clients |")
+	fmt.Fprintf(&b, "| t | RSS MiB | live heap MiB | fds | goroutines | clients |")
 	for _, n := range names {
 		fmt.Fprintf(&b, " backends %s |", n)
 	}
-	fmt.Fprintf(&b, " ops/s | errors | faults | hostile | violations | listen overflows |\n|---|---|---|---|---|")
+	fmt.Fprintf(&b, " ops/s | errors | faults | hostile | violations | listen overflows |\n|---|---|---|---|---|---|")
 	for range names {
 		b.WriteString("---|")
 	}
 	b.WriteString("---|---|---|---|---|---|\n")
 	var prev time.Duration
 	for _, s := range sp.samples {
-		fmt.Fprintf(&b, "| %s | %.1f | %d | %d | %d |", fmtMin(s.at), float64(s.rssKiB)/1024, s.fds, s.goroutines, s.clients)
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %d | %d | %d |", fmtMin(s.at), float64(s.rssKiB)/1024, s.liveMiB, s.fds, s.goroutines, s.clients)
 		for i := range names {
 			fmt.Fprintf(&b, " %s |", unknown(s.backends[i]))
 		}
@@ -895,6 +900,7 @@ func buildSoakReport(sc soakConfig, h *harness, workers []*worker, fl *faultLoop
 	}
 	ser := []series{
 		{"RSS (MiB)", func(s soakSample) float64 { return float64(s.rssKiB) / 1024 }},
+		{"live heap (MiB)", func(s soakSample) float64 { return s.liveMiB }},
 		{"goroutines", func(s soakSample) float64 { return float64(s.goroutines) }},
 		{"open fds", func(s soakSample) float64 { return float64(s.fds) }},
 	}

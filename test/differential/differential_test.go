@@ -299,21 +299,36 @@ func TestDifferential(t *testing.T) {
 	// again for a sequence that mismatches.
 	hashes := make([][32]byte, len(seqs))
 	var (
-		badMu sync.Mutex
-		bad   []string // sequences PostgreSQL itself did not answer: the generator's fault
+		badMu  sync.Mutex
+		broken []int    // sequences PostgreSQL did not answer in the parallel run
+		bad    []string // those it did not answer run alone either: the generator's fault
 	)
 	begin := time.Now()
 	parallel(k.workers, len(seqs), func(i int) bool {
 		r := rn.Run(ctx, direct, seqs[i], nextKey())
 		hashes[i] = r.Hash()
-		if why := r.Broken(); why != "" {
+		if r.Broken() != "" {
 			badMu.Lock()
-			bad = append(bad, seqs[i].Ref()+": "+why)
+			broken = append(broken, i)
 			badMu.Unlock()
 		}
 		return true
 	})
 	t.Logf("PostgreSQL: %d sequences in %v (%.0f/s)", len(seqs), time.Since(begin).Round(time.Millisecond), rate(len(seqs), time.Since(begin)))
+	// A sequence PostgreSQL left unanswered within the timeout among the
+	// parallel workers runs once more alone: on a loaded 2-core machine
+	// a fresh backend can miss the timeout (seen on 2026-12-02: 2 of
+	// 10,000, both answered when replayed). Only one that PostgreSQL does
+	// not answer alone either is a generator bug.
+	for _, i := range broken {
+		r := rn.Run(ctx, direct, seqs[i], nextKey())
+		if why := r.Broken(); why != "" {
+			bad = append(bad, seqs[i].Ref()+": "+why)
+			continue
+		}
+		t.Logf("PostgreSQL: sequence %s unanswered in the parallel run, answered alone", seqs[i].Ref())
+		hashes[i] = r.Hash()
+	}
 	if len(bad) > 0 {
 		t.Errorf("PostgreSQL did not answer %d sequences (a generator bug: they are not valid client behaviour):\n  %s",
 			len(bad), strings.Join(bad[:min(len(bad), 20)], "\n  "))
