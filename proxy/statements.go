@@ -207,7 +207,7 @@ func (ss *session) ensureStatement(l *link, name string, use byte) error {
 		return nil
 	}
 	l.st.prepared[name] = set
-	if !standIn && !want.stale && planned(want.query) {
+	if !standIn && !want.stale {
 		changed, err := ss.shapeChanged(l, name, string(want.parse))
 		if err != nil {
 			return err
@@ -1320,45 +1320,6 @@ func (ss *session) shapeChanged(l *link, name, parse string) (bool, error) {
 		return false, errServerGone
 	}
 	return false, nil // the server failed the batch: it skips the rest
-}
-
-// planned reports whether query is a statement PostgreSQL plans, whose
-// result columns are fixed when it is prepared (SELECT, VALUES, TABLE,
-// WITH, INSERT, UPDATE, DELETE, MERGE): only those fail with 0A000 after
-// DDL. A utility statement's columns are its run's: a FETCH prepared
-// before its cursor exists is described as NoData and returns the
-// cursor's columns (pgx's TestConnExecStatementCursorFetch).
-func planned(query string) bool {
-	q := query
-	for {
-		q = strings.TrimLeft(q, " \t\r\n\f(")
-		switch {
-		case strings.HasPrefix(q, "--"):
-			i := strings.IndexByte(q, '\n')
-			if i < 0 {
-				return false
-			}
-			q = q[i+1:]
-			continue
-		case strings.HasPrefix(q, "/*"):
-			i := strings.Index(q, "*/")
-			if i < 0 {
-				return false
-			}
-			q = q[i+2:]
-			continue
-		}
-		break
-	}
-	end := 0
-	for end < len(q) && (q[end] >= 'a' && q[end] <= 'z' || q[end] >= 'A' && q[end] <= 'Z') {
-		end++
-	}
-	switch strings.ToLower(q[:end]) {
-	case "select", "values", "table", "with", "insert", "update", "delete", "merge":
-		return true
-	}
-	return false
 }
 
 // staleBind returns the Bind body b with staleStatement in place of its
