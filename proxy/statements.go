@@ -19,21 +19,7 @@ import (
 type stmtInfo struct {
 	query string
 	parse []byte // Parse message body
-	// stale: the statement's result shape changed under it (shapeChanged):
-	// its Binds fail with 0A000, as on the server it was prepared on,
-	// until the client Parses it again.
-	stale bool
-	// tag tells a statement the client Parsed again under a name it used
-	// before in this session (after a Close) from the earlier one with
-	// the same body: a server copy of that one was planned before, maybe
-	// before DDL that changed its result (PostgreSQL's fresh statement
-	// would not fail with 0A000, the old copy does). "" for the first.
-	tag string
 }
-
-// key is how a server's record (serverState.prepared) names this
-// statement: its Parse body and tag.
-func (s stmtInfo) key() string { return string(s.parse) + s.tag }
 
 // sqlPrep is a statement the client prepared with SQL PREPARE.
 type sqlPrep struct {
@@ -166,7 +152,7 @@ func (ss *session) ensureStatement(l *link, name string, use byte) error {
 			// client PREPAREd may be Bound or Described too.
 			return ss.ensureSQLStatement(l, name, use)
 		}
-		if have, ok := l.st.prepared[name]; ok && have == want.key() {
+		if have, ok := l.st.prepared[name]; ok && have == string(want.parse) {
 			return nil
 		}
 	}
@@ -174,13 +160,12 @@ func (ss *session) ensureStatement(l *link, name string, use byte) error {
 	if err := p.Decode(want.parse); err != nil {
 		return err
 	}
-	set := want.key()
-	standIn := false
+	set := string(want.parse)
 	if stand, mark, ok := ss.standIn(l, &p, string(want.parse), use); ok {
 		if name == "" && l.st.unnamed == mark || name != "" && l.st.prepared[name] == mark {
 			return nil
 		}
-		p, set, standIn = *stand, mark, true
+		p, set = *stand, mark
 	}
 	if name != "" {
 		if l.st.holds(name) {
@@ -204,18 +189,8 @@ func (ss *session) ensureStatement(l *link, name string, use byte) error {
 	}
 	if name == "" {
 		l.st.unnamed = set
-		return nil
-	}
-	l.st.prepared[name] = set
-	if !standIn && !want.stale {
-		changed, err := ss.shapeChanged(l, name, string(want.parse))
-		if err != nil {
-			return err
-		}
-		if changed {
-			want.stale = true
-			ss.client.stmts[name] = want
-		}
+	} else {
+		l.st.prepared[name] = set
 	}
 	return nil
 }
@@ -264,7 +239,6 @@ func (ss *session) paramsDescribedLocked(l *link, body []byte) {
 	if pd.Decode(body) != nil || slices.Contains(pd.ParameterOIDs, 0) {
 		return // (a stand-in's, with a type left to the server)
 	}
-	l.shapeNext = w.parse
 	if ss.inferred == nil || len(ss.inferred) >= maxInferred {
 		ss.inferred = map[string][]uint32{}
 	}
@@ -639,7 +613,7 @@ func (ss *session) needsStatements(l *link, b *batch) bool {
 			continue
 		}
 		if want, ok := ss.client.stmts[name]; ok {
-			if l.st.prepared[name] != want.key() {
+			if l.st.prepared[name] != string(want.parse) {
 				return true
 			}
 		} else if want, ok := ss.client.sqlPrepared[name]; ok {
@@ -675,7 +649,7 @@ type stmtOp struct {
 	// before it (the server answers each in turn: see link.answered).
 	idx  int
 	noop bool // changes nothing (a Parse the server will refuse, a portal)
-	// set is the record written (stmtInfo.key; "" for a Close); prev/had what the
+	// set is the Parse body written ("" for a Close); prev/had what the
 	// client held before, prevServer/hadServer what the server held.
 	set                  string
 	prev                 stmtInfo
@@ -741,7 +715,7 @@ func (ss *session) sqlStatementOp(l *link, b *batch, ds []*classified) (stmtOp, 
 			}
 		} else if info, ok := ss.client.stmts[name]; ok {
 			op.prev, op.had = info, true
-			if have, ok := l.st.prepared[name]; ok && have == info.key() {
+			if have, ok := l.st.prepared[name]; ok && have == string(info.parse) {
 				op.hadServer, op.prevServer = true, have
 			}
 		}
@@ -901,7 +875,7 @@ func (ss *session) undoClient(ops []stmtOp) {
 				}
 			}
 		case op.kind == 'P':
-			if cur, ok := ss.client.stmts[op.name]; ok && cur.key() == op.set {
+			if cur, ok := ss.client.stmts[op.name]; ok && string(cur.parse) == op.set {
 				if op.had {
 					ss.client.stmts[op.name] = op.prev
 				} else {
@@ -1043,11 +1017,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			return nil // malformed: the server rejects it
 		}
 		info := stmtInfo{query: query, parse: append([]byte(nil), body...)}
-		if name != "" {
-			info.tag = ss.client.parseTag(ss.id, name)
-		}
-		op := stmtOp{kind: 'P', name: name, set: info.key()}
-		ss.forgetShape(info.parse)
+		op := stmtOp{kind: 'P', name: name, set: string(info.parse)}
 		if name == "" {
 			if k, ok := ss.client.kstmts[""]; ok {
 				op.prevLocal = &k
@@ -1071,7 +1041,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		op.prevServer, op.hadServer = l.st.prepared[name]
 		ss.noteStmtOp(l, op)
 		ss.client.stmts[name] = info
-		l.st.prepared[name] = info.key()
+		l.st.prepared[name] = string(info.parse)
 	case 'B':
 		if portal, _, err := cstring(body); err == nil {
 			ss.forgetServerUnnamed('B', portal)
@@ -1212,160 +1182,4 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 		}
 	}
 	return nil
-}
-
-// Result shapes. PostgreSQL fixes a prepared statement's result columns
-// when it is prepared: a later Bind after DDL changed them fails with
-// 0A000 "cached plan must not change result type", and drivers rely on it
-// (pgx drops its cached description and prepares again). A statement the
-// proxy prepares again on another server gets the new columns silently:
-// the client's Bind then failed there with another error (08P01, result
-// formats for columns that are gone) or, with as many columns of other
-// types, ran and returned rows the client decodes by the old description.
-// So the RowDescription each client Describe of a statement got is kept
-// (session.shapes), a re-Parse of a described statement is Described too
-// and compared, and on a change the statement is stale: its Binds fail
-// with 0A000 at the same point of the batch, as on its first server.
-
-// shapeNoData is the shape of a statement that returns no rows.
-const shapeNoData = "\x00NoData"
-
-// staleStatement is the statement name a stale statement's Bind is sent
-// with: no server has it, so the Bind fails where the client's would
-// have, the server skips to Sync, and rewriteError makes its 26000 the
-// 0A000 PostgreSQL gives.
-const staleStatement = "pg_kinetic stale statement"
-
-// States of a link's shape check (link.shape).
-const (
-	shapeNone = iota
-	shapePending
-	shapeDone
-	shapeFailed
-)
-
-func shapeOf(typ byte, body []byte) string {
-	if typ == 'n' {
-		return shapeNoData
-	}
-	return string(body)
-}
-
-// noteShapeLocked records the RowDescription or NoData that ends the
-// answer to a client's Describe of a statement (l.shapeNext). Called by
-// l's reader for the message after that Describe's ParameterDescription.
-// Callers hold ss.mu.
-func (ss *session) noteShapeLocked(l *link, typ byte, body []byte) {
-	if l.shapeNext == "" {
-		return
-	}
-	if typ == 'T' || typ == 'n' {
-		if ss.shapes == nil || len(ss.shapes) >= maxInferred {
-			ss.shapes = map[string]string{}
-		}
-		ss.shapes[l.shapeNext] = shapeOf(typ, body)
-	}
-	l.shapeNext = ""
-}
-
-// forgetShape drops the shape recorded for a Parse body the client sends
-// again: the Describe that follows it tells the current one.
-func (ss *session) forgetShape(parse []byte) {
-	ss.mu.Lock()
-	delete(ss.shapes, string(parse))
-	ss.mu.Unlock()
-}
-
-// shapeChanged Describes statement name, just Parsed again on l by the
-// proxy, and reports whether its result columns differ from those the
-// client was told (session.shapes, by Parse body). It waits for the
-// answer (one round trip, only for a re-Parse of a statement the client
-// Described): the client's Bind must be changed before it is written.
-// Nothing is compared in a failed transaction (the Parse fails there),
-// when the batch fails first, or while answers to earlier units are owed
-// (pipelined: what they answer, a failed transaction, would change the
-// decisions the rest of this unit's injections take while this waited).
-func (ss *session) shapeChanged(l *link, name, parse string) (bool, error) {
-	ss.mu.Lock()
-	told, ok := ss.shapes[parse]
-	if !ok || ss.tx == 'E' || ss.pending > 0 || ss.midBatch || l.failed == l.batches+1 {
-		ss.mu.Unlock()
-		return false, nil
-	}
-	batch := l.batches
-	l.swallow = append(l.swallow, expect{kind: 'd', batch: batch})
-	l.shape, l.shapeGot = shapePending, ""
-	if l.parked {
-		ss.cond.Broadcast()
-	}
-	ss.mu.Unlock()
-	buf, _ := (&pgproto3.Describe{ObjectType: 'S', Name: name}).Encode(nil)
-	buf, _ = (&pgproto3.Flush{}).Encode(buf)
-	if _, err := l.conn.W.Write(buf); err != nil {
-		return false, errServerGone
-	}
-	if err := l.conn.W.Flush(); err != nil {
-		return false, errServerGone
-	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	for l.shape == shapePending && !l.dead && !ss.killed && l.failed != batch+1 {
-		ss.cond.Wait()
-	}
-	switch {
-	case l.shape == shapeDone:
-		l.shape = shapeNone
-		return l.shapeGot != told, nil
-	case l.dead || ss.killed:
-		return false, errServerGone
-	}
-	return false, nil // the server failed the batch: it skips the rest
-}
-
-// staleBind returns the Bind body b with staleStatement in place of its
-// statement name.
-func staleBind(b []byte) []byte {
-	portal, rest, err := cstring(b)
-	if err != nil {
-		return b
-	}
-	_, rest, err = cstring(rest)
-	if err != nil {
-		return b
-	}
-	out := make([]byte, 0, len(portal)+len(staleStatement)+2+len(rest))
-	out = append(append(out, portal...), 0)
-	out = append(append(out, staleStatement...), 0)
-	return append(out, rest...)
-}
-
-// rewriteError is a server error as the client is to see it: a query
-// cancelled by query_timeout_ms says so, and a stale statement's Bind
-// fails as PostgreSQL fails it.
-func (ss *session) rewriteError(l *link, body []byte) []byte {
-	if l.queryTimedOut.Load() {
-		body = ss.queryTimeoutError(body)
-	}
-	if !l.staleBinds.Load() || !bytes.Contains(body, []byte(staleStatement)) {
-		return body
-	}
-	msg, err := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "0A000",
-		Message: "cached plan must not change result type",
-		Detail:  "pg-kinetic: the statement was prepared again on another server, where its result columns differ from those it was described with"}).Encode(nil)
-	if err != nil || len(msg) < 5 {
-		return body
-	}
-	return msg[5:]
-}
-
-// bindToWrite is the client's Bind body as it is written to l: the Bind
-// of a stale statement names staleStatement instead (outside a failed
-// transaction, where the server's 25P02 comes first either way).
-func (ss *session) bindToWrite(l *link, body []byte) []byte {
-	name, err := bindStatement(body)
-	if err != nil || name == "" || !ss.client.stmts[name].stale || ss.txStatus() == 'E' {
-		return body
-	}
-	l.staleBinds.Store(true)
-	return staleBind(body)
 }
