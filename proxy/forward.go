@@ -865,6 +865,9 @@ func (ss *session) buffer(l *link, b *batch) error {
 				}
 			}
 		}
+		if m.typ == 'B' {
+			body = ss.bindToWrite(l, body)
+		}
 		if err := ss.trackFrontend(l, m.typ, body); err != nil {
 			return errServerGone
 		}

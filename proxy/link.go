@@ -96,6 +96,17 @@ type link struct {
 	// byte of its answer (see session.awaiting); atomic so the reader
 	// checks it without the session lock on every message.
 	awaitingFirst atomic.Bool
+	// shapeNext: the Parse body of the statement whose RowDescription
+	// (or NoData) comes next, the rest of the answer to a client's
+	// Describe (reader-owned; paramsDescribedLocked sets it).
+	shapeNext string
+	// shape, shapeGot: the state and the answer of the proxy's own
+	// Describe after a re-Parse (shapeChanged), under session.mu.
+	shape    int
+	shapeGot string
+	// staleBinds: a Bind was written here with staleStatement in place
+	// of a stale statement's name; its 26000 is rewritten to 0A000.
+	staleBinds atomic.Bool
 	// queryTimedOut: query_timeout_ms cancelled the unit running here;
 	// its 57014 error is rewritten to say so (until its ReadyForQuery).
 	queryTimedOut atomic.Bool
@@ -155,7 +166,8 @@ type expect struct {
 	// kind: '1' ParseComplete, '3' CloseComplete, 'E' ErrorResponse, 'Z'
 	// everything up to and including ReadyForQuery, 'b' a barrier's
 	// CloseComplete (localext.go), after skip CloseCompletes of the
-	// client's own.
+	// client's own, 'd' a Describe's ParameterDescription and
+	// RowDescription or NoData (shapeChanged).
 	kind  byte
 	skip  int
 	batch uint64 // the batch (rfqs count) it belongs to
@@ -279,6 +291,9 @@ func (ss *session) forgetSwallowLocked(l *link, n int) {
 		if e.kind == 'b' {
 			l.barrier = barrierFailed
 		}
+		if e.kind == 'd' {
+			l.shape = shapeFailed
+		}
 		if e.undo != nil {
 			l.undo = append(l.undo, *e.undo) // never ran, or failed
 		}
@@ -347,6 +362,8 @@ type relayStep struct {
 	// session pooling: a FATAL there is checked (is the server up?) before
 	// the session goes on.
 	deferFatal bool
+	// shape: it ends the answer to the proxy's Describe (shapeChanged).
+	shape bool
 }
 
 // stepLocked decides, from the header type of the next backend message on
@@ -382,6 +399,11 @@ func (ss *session) stepLocked(l *link, typ byte) relayStep {
 			}
 			ss.forgetSwallowLocked(l, n)
 		case e.kind == 'b':
+		case e.kind == 'd' && typ == 't':
+			st.drop = true // the rest of the answer follows
+		case e.kind == 'd' && (typ == 'T' || typ == 'n'):
+			st.drop, st.head, st.shape = true, e, true
+			l.swallow = l.swallow[1:]
 		case e.kind == 'Z' && typ == 'A':
 			// Asynchronous: a notification. The client gets it.
 		case e.kind == 'Z':
@@ -454,10 +476,16 @@ func (ss *session) stepLocked(l *link, typ byte) relayStep {
 func (ss *session) dropMessage(l *link, h wire.Header, st relayStep, body []byte) ([]byte, error) {
 	srv := l.conn
 	var err error
-	if h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' {
+	if h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' || st.shape {
 		if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
 			ss.linkFailed(l, err, false)
 			return body, errServerGone
+		}
+		if st.shape {
+			ss.mu.Lock()
+			l.shape, l.shapeGot = shapeDone, shapeOf(h.Type, body)
+			ss.cond.Broadcast()
+			ss.mu.Unlock()
 		}
 		switch h.Type {
 		case 'S':
@@ -579,11 +607,13 @@ func (ss *session) serverToClient(l *link) error {
 				ss.linkFailed(l, err, false)
 				return errServerGone
 			}
+			ss.mu.Lock()
 			if h.Type == 't' {
-				ss.mu.Lock()
 				ss.paramsDescribedLocked(l, body)
-				ss.mu.Unlock()
+			} else {
+				ss.noteShapeLocked(l, h.Type, body)
 			}
+			ss.mu.Unlock()
 			l.held = append(l.held, body...)
 			continue
 		}
@@ -600,10 +630,8 @@ func (ss *session) serverToClient(l *link) error {
 				ss.linkFailed(l, errors.New(errorText(body)), false)
 				return errServerGone
 			}
-			if l.queryTimedOut.Load() {
-				body = ss.queryTimeoutError(body)
-				h.Len = len(body)
-			}
+			body = ss.rewriteError(l, body)
+			h.Len = len(body)
 			// The held ParseCompletes confirm their Parses first: only
 			// what comes after them failed.
 			if err := ss.relayHeld(l); err != nil {
@@ -662,12 +690,22 @@ func (ss *session) serverToClient(l *link) error {
 			}
 		}
 		preread := false
-		if h.Type == 'E' && l.queryTimedOut.Load() && h.Len <= wire.MaxSmallBodyLen*100 {
+		if l.shapeNext != "" && h.Type != 'T' && h.Type != 'n' && h.Type != 't' {
+			l.shapeNext = "" // (no row description follows: nothing to note)
+		}
+		if (h.Type == 'E' && (l.queryTimedOut.Load() || l.staleBinds.Load()) || l.shapeNext != "" && h.Type != 't') &&
+			h.Len <= wire.MaxSmallBodyLen*100 {
 			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
 				ss.linkFailed(l, err, sawFatal)
 				return errServerGone
 			}
-			body = ss.queryTimeoutError(body)
+			if h.Type == 'E' {
+				body = ss.rewriteError(l, body)
+			} else {
+				ss.mu.Lock()
+				ss.noteShapeLocked(l, h.Type, body)
+				ss.mu.Unlock()
+			}
 			h.Len, preread = len(body), true
 		}
 		closeNow := false
@@ -722,6 +760,11 @@ func (ss *session) serverToClient(l *link) error {
 				ss.mu.Unlock()
 				ss.commandComplete(body)
 			}
+		case preread: // a RowDescription or NoData read for its shape
+			_, werr = ss.out().Write(body)
+			ss.mu.Lock()
+			l.answered++
+			ss.mu.Unlock()
 		default:
 			if answers(h.Type) {
 				ss.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/x509"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,6 +34,27 @@ type clientStatements struct {
 	// srvPortals are the named portals the client Bound on servers in
 	// its current transaction (a local Bind into one fails with 42P03).
 	srvPortals map[string]uint64 // -> the unit (unitSeq) that made it
+	// parses counts the client's Parses of each statement name
+	// (parseTag), up to maxParsedNames names.
+	parses map[string]uint32
+}
+
+// maxParsedNames bounds clientStatements.parses; past it the count starts
+// over (a statement Parsed again then shares its first copy's record).
+const maxParsedNames = 4096
+
+// parseTag is the tag (stmtInfo.tag) of the client's Parse of statement
+// name in session: "" the first time, a tag of its own after that.
+func (c *clientStatements) parseTag(session uint64, name string) string {
+	if c.parses == nil || len(c.parses) >= maxParsedNames {
+		c.parses = map[string]uint32{}
+	}
+	n := c.parses[name]
+	c.parses[name] = n + 1
+	if n == 0 {
+		return ""
+	}
+	return "\x00#" + strconv.FormatUint(session, 10) + "." + strconv.FormatUint(uint64(n), 10)
 }
 
 // sessionFreshness is what the session knows of its positions (SPEC §5):
@@ -194,7 +216,11 @@ type session struct {
 	// inferred: parameter types servers described for the client's
 	// statements, by Parse body (under mu; stand-ins use them).
 	inferred map[string][]uint32
-	effects  []effect // of the units in progress, applied when theirs ends well
+	// shapes: the RowDescription body (shapeNoData for NoData) a server
+	// gave the client for a Describe of its statement, by Parse body
+	// (under mu; shapeChanged compares a re-Parse's with it).
+	shapes  map[string]string
+	effects []effect // of the units in progress, applied when theirs ends well
 	// unitSeq counts the client's units written to servers (each ended by
 	// a Sync or Query), doneSeq their ReadyForQuery: pipelined units'
 	// effects apply or not each with its own unit.

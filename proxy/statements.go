@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -19,7 +20,21 @@ import (
 type stmtInfo struct {
 	query string
 	parse []byte // Parse message body
+	// stale: the statement's result shape changed under it (shapeChanged):
+	// its Binds fail with 0A000, as on the server it was prepared on,
+	// until the client Parses it again.
+	stale bool
+	// tag tells a statement the client Parsed again under a name it used
+	// before in this session (after a Close) from the earlier one with
+	// the same body: a server copy of that one was planned before, maybe
+	// before DDL that changed its result (PostgreSQL's fresh statement
+	// would not fail with 0A000, the old copy does). "" for the first.
+	tag string
 }
+
+// key is how a server's record (serverState.prepared) names this
+// statement: its Parse body and tag.
+func (s stmtInfo) key() string { return string(s.parse) + s.tag }
 
 // sqlPrep is a statement the client prepared with SQL PREPARE.
 type sqlPrep struct {
@@ -127,6 +142,13 @@ func (ss *session) injectUndo(l *link, msg wire.Encoder, drop byte, undo *stmtOp
 // 'P' a Parse of the same name, 0 other) that uses it. In a failed
 // transaction a stand-in may take its place (standIn).
 func (ss *session) ensureStatement(l *link, name string, use byte) error {
+	return ss.ensureStatementCheck(l, name, use, true)
+}
+
+// ensureStatementCheck is ensureStatement; check: a re-Parse of a
+// statement the client Described is Described and compared
+// (shapeChanged).
+func (ss *session) ensureStatementCheck(l *link, name string, use byte, check bool) error {
 	ss.settleOps(l, name)
 	var want stmtInfo
 	if name == "" {
@@ -152,7 +174,7 @@ func (ss *session) ensureStatement(l *link, name string, use byte) error {
 			// client PREPAREd may be Bound or Described too.
 			return ss.ensureSQLStatement(l, name, use)
 		}
-		if have, ok := l.st.prepared[name]; ok && have == string(want.parse) {
+		if have, ok := l.st.prepared[name]; ok && have == want.key() {
 			return nil
 		}
 	}
@@ -160,12 +182,13 @@ func (ss *session) ensureStatement(l *link, name string, use byte) error {
 	if err := p.Decode(want.parse); err != nil {
 		return err
 	}
-	set := string(want.parse)
+	set := want.key()
+	standIn := false
 	if stand, mark, ok := ss.standIn(l, &p, string(want.parse), use); ok {
 		if name == "" && l.st.unnamed == mark || name != "" && l.st.prepared[name] == mark {
 			return nil
 		}
-		p, set = *stand, mark
+		p, set, standIn = *stand, mark, true
 	}
 	if name != "" {
 		if l.st.holds(name) {
@@ -189,8 +212,21 @@ func (ss *session) ensureStatement(l *link, name string, use byte) error {
 	}
 	if name == "" {
 		l.st.unnamed = set
-	} else {
-		l.st.prepared[name] = set
+		return nil
+	}
+	l.st.prepared[name] = set
+	if !standIn && !want.stale && check && planned(want.query) {
+		changed, redo, err := ss.shapeChanged(l, name, string(want.parse))
+		if err != nil {
+			return err
+		}
+		if redo {
+			return ss.ensureStatementCheck(l, name, use, false)
+		}
+		if changed {
+			want.stale = true
+			ss.client.stmts[name] = want
+		}
 	}
 	return nil
 }
@@ -239,6 +275,7 @@ func (ss *session) paramsDescribedLocked(l *link, body []byte) {
 	if pd.Decode(body) != nil || slices.Contains(pd.ParameterOIDs, 0) {
 		return // (a stand-in's, with a type left to the server)
 	}
+	l.shapeNext = w.parse
 	if ss.inferred == nil || len(ss.inferred) >= maxInferred {
 		ss.inferred = map[string][]uint32{}
 	}
@@ -613,7 +650,7 @@ func (ss *session) needsStatements(l *link, b *batch) bool {
 			continue
 		}
 		if want, ok := ss.client.stmts[name]; ok {
-			if l.st.prepared[name] != string(want.parse) {
+			if l.st.prepared[name] != want.key() {
 				return true
 			}
 		} else if want, ok := ss.client.sqlPrepared[name]; ok {
@@ -649,7 +686,7 @@ type stmtOp struct {
 	// before it (the server answers each in turn: see link.answered).
 	idx  int
 	noop bool // changes nothing (a Parse the server will refuse, a portal)
-	// set is the Parse body written ("" for a Close); prev/had what the
+	// set is the record written (stmtInfo.key; "" for a Close); prev/had what the
 	// client held before, prevServer/hadServer what the server held.
 	set                  string
 	prev                 stmtInfo
@@ -715,7 +752,7 @@ func (ss *session) sqlStatementOp(l *link, b *batch, ds []*classified) (stmtOp, 
 			}
 		} else if info, ok := ss.client.stmts[name]; ok {
 			op.prev, op.had = info, true
-			if have, ok := l.st.prepared[name]; ok && have == string(info.parse) {
+			if have, ok := l.st.prepared[name]; ok && have == info.key() {
 				op.hadServer, op.prevServer = true, have
 			}
 		}
@@ -875,7 +912,7 @@ func (ss *session) undoClient(ops []stmtOp) {
 				}
 			}
 		case op.kind == 'P':
-			if cur, ok := ss.client.stmts[op.name]; ok && string(cur.parse) == op.set {
+			if cur, ok := ss.client.stmts[op.name]; ok && cur.key() == op.set {
 				if op.had {
 					ss.client.stmts[op.name] = op.prev
 				} else {
@@ -1017,7 +1054,11 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			return nil // malformed: the server rejects it
 		}
 		info := stmtInfo{query: query, parse: append([]byte(nil), body...)}
-		op := stmtOp{kind: 'P', name: name, set: string(info.parse)}
+		if name != "" {
+			info.tag = ss.client.parseTag(ss.id, name)
+		}
+		op := stmtOp{kind: 'P', name: name, set: info.key()}
+		ss.forgetShape(info.parse)
 		if name == "" {
 			if k, ok := ss.client.kstmts[""]; ok {
 				op.prevLocal = &k
@@ -1041,7 +1082,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		op.prevServer, op.hadServer = l.st.prepared[name]
 		ss.noteStmtOp(l, op)
 		ss.client.stmts[name] = info
-		l.st.prepared[name] = string(info.parse)
+		l.st.prepared[name] = info.key()
 	case 'B':
 		if portal, _, err := cstring(body); err == nil {
 			ss.forgetServerUnnamed('B', portal)
@@ -1182,4 +1223,247 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 		}
 	}
 	return nil
+}
+
+// Result shapes. PostgreSQL fixes a prepared statement's result columns
+// when it is prepared: a later Bind after DDL changed them fails with
+// 0A000 "cached plan must not change result type", and drivers rely on it
+// (pgx drops its cached description and prepares again). A statement the
+// proxy prepares again on another server gets the new columns silently:
+// the client's Bind then failed there with another error (08P01, result
+// formats for columns that are gone) or, with as many columns of other
+// types, ran and returned rows the client decodes by the old description.
+// So the RowDescription each client Describe of a statement got is kept
+// (session.shapes), a re-Parse of a described statement is Described too
+// and compared, and on a change the statement is stale: its Binds fail
+// with 0A000 at the same point of the batch, as on its first server.
+
+// shapeNoData is the shape of a statement that returns no rows.
+const shapeNoData = "\x00NoData"
+
+// staleStatement is the statement name a stale statement's Bind is sent
+// with: no server has it, so the Bind fails where the client's would
+// have, the server skips to Sync, and rewriteError makes its 26000 the
+// 0A000 PostgreSQL gives.
+const staleStatement = "pg_kinetic stale statement"
+
+// States of a link's shape check (link.shape).
+const (
+	shapeNone = iota
+	shapePending
+	shapeDone
+	shapeFailed
+)
+
+// shapeOf is the result shape a RowDescription ('T') or NoData ('n')
+// tells, as PostgreSQL compares it when it checks a cached plan
+// (equalTupleDescs): each column's name, type and type modifier. The
+// table OID and column number are not part of it: a table dropped and
+// created again with the same columns leaves a statement valid.
+func shapeOf(typ byte, body []byte) string {
+	if typ == 'n' {
+		return shapeNoData
+	}
+	var rd pgproto3.RowDescription
+	if rd.Decode(body) != nil {
+		return string(body)
+	}
+	var b strings.Builder
+	for _, f := range rd.Fields {
+		fmt.Fprintf(&b, "%s\x00%d\x00%d\x00", f.Name, f.DataTypeOID, f.TypeModifier)
+	}
+	return b.String()
+}
+
+// noteShapeLocked records the RowDescription or NoData that ends the
+// answer to a client's Describe of a statement (l.shapeNext). Called by
+// l's reader for the message after that Describe's ParameterDescription.
+// Callers hold ss.mu.
+func (ss *session) noteShapeLocked(l *link, typ byte, body []byte) {
+	if l.shapeNext == "" {
+		return
+	}
+	if typ == 'T' || typ == 'n' {
+		if ss.shapes == nil || len(ss.shapes) >= maxInferred {
+			ss.shapes = map[string]string{}
+		}
+		ss.shapes[l.shapeNext] = shapeOf(typ, body)
+	}
+	l.shapeNext = ""
+}
+
+// forgetShape drops the shape recorded for a Parse body the client sends
+// again: the Describe that follows it tells the current one.
+func (ss *session) forgetShape(parse []byte) {
+	ss.mu.Lock()
+	delete(ss.shapes, string(parse))
+	ss.mu.Unlock()
+}
+
+// shapeChanged Describes statement name, just Parsed again on l by the
+// proxy, and reports whether its result columns differ from those the
+// client was told (session.shapes, by Parse body). It waits for the
+// answer (one round trip, only for a re-Parse of a statement the client
+// Described): the client's Bind must be changed before it is written.
+// Nothing is compared in a failed transaction (the Parse fails there),
+// when the batch fails first, or while answers to earlier units are owed
+// (pipelined: what they answer, a failed transaction, would change the
+// decisions the rest of this unit's injections take while this waited).
+//
+// Outside a transaction block the proxy's Parse and Describe end with a
+// Sync of their own (none of the client's messages of the unit has been
+// written yet): the server's statement_timeout, which runs from a batch's
+// first message to its Sync, then never counts the round trip the proxy
+// waits (a 1 ms timeout set by the client would otherwise fire on it,
+// pgx's TestSendBatchStatementTimeout). If what the proxy sent fails there
+// (the table is gone; the timeout fired anyway) the client was told
+// nothing: redo is true, the record is taken back, and the caller
+// prepares the statement again inside the client's batch, unchecked, so
+// the client sees the error as its own. In a transaction block a Sync
+// would hide such an error and leave the block failed: the Describe ends
+// with a Flush there, inside the client's batch.
+func (ss *session) shapeChanged(l *link, name, parse string) (changed, redo bool, err error) {
+	ss.mu.Lock()
+	told, ok := ss.shapes[parse]
+	if !ok || ss.tx == 'E' || ss.pending > 0 || ss.midBatch || l.failed == l.batches+1 {
+		ss.mu.Unlock()
+		return false, false, nil
+	}
+	synced := ss.tx == 'I'
+	batch := l.batches
+	l.swallow = append(l.swallow, expect{kind: 'd', batch: batch})
+	l.shape, l.shapeGot = shapePending, ""
+	if synced {
+		l.swallow = append(l.swallow, expect{kind: 'Z', batch: batch})
+		l.batches++
+		l.sent = 0
+		l.executed = false
+	}
+	if l.parked {
+		ss.cond.Broadcast()
+	}
+	ss.mu.Unlock()
+	buf, _ := (&pgproto3.Describe{ObjectType: 'S', Name: name}).Encode(nil)
+	if synced {
+		buf, _ = (&pgproto3.Sync{}).Encode(buf)
+	} else {
+		buf, _ = (&pgproto3.Flush{}).Encode(buf)
+	}
+	if _, err := l.conn.W.Write(buf); err != nil {
+		return false, false, errServerGone
+	}
+	if err := l.conn.W.Flush(); err != nil {
+		return false, false, errServerGone
+	}
+	ss.mu.Lock()
+	if synced {
+		for l.rfqs <= batch && !l.dead && !ss.killed {
+			ss.cond.Wait()
+		}
+	} else {
+		for l.shape == shapePending && !l.dead && !ss.killed && l.failed != batch+1 {
+			ss.cond.Wait()
+		}
+	}
+	shape, got := l.shape, l.shapeGot
+	l.shape = shapeNone
+	dead := l.dead || ss.killed
+	ss.mu.Unlock()
+	switch {
+	case shape == shapeDone:
+		return got != told, false, nil
+	case dead:
+		return false, false, errServerGone
+	case synced:
+		ss.takeUndo(l)
+		return false, true, nil
+	}
+	return false, false, nil // the server failed the batch: it skips the rest
+}
+
+// planned reports whether query is a statement PostgreSQL plans, whose
+// result columns are fixed when it is prepared (SELECT, VALUES, TABLE,
+// WITH, INSERT, UPDATE, DELETE, MERGE): only those fail with 0A000 after
+// DDL. A utility statement's columns are its run's: a FETCH prepared
+// before its cursor exists is described as NoData and returns the
+// cursor's columns (pgx's TestConnExecStatementCursorFetch).
+func planned(query string) bool {
+	q := query
+	for {
+		q = strings.TrimLeft(q, " \t\r\n\f(")
+		switch {
+		case strings.HasPrefix(q, "--"):
+			i := strings.IndexByte(q, '\n')
+			if i < 0 {
+				return false
+			}
+			q = q[i+1:]
+			continue
+		case strings.HasPrefix(q, "/*"):
+			i := strings.Index(q, "*/")
+			if i < 0 {
+				return false
+			}
+			q = q[i+2:]
+			continue
+		}
+		break
+	}
+	end := 0
+	for end < len(q) && (q[end] >= 'a' && q[end] <= 'z' || q[end] >= 'A' && q[end] <= 'Z') {
+		end++
+	}
+	switch strings.ToLower(q[:end]) {
+	case "select", "values", "table", "with", "insert", "update", "delete", "merge":
+		return true
+	}
+	return false
+}
+
+// staleBind returns the Bind body b with staleStatement in place of its
+// statement name.
+func staleBind(b []byte) []byte {
+	portal, rest, err := cstring(b)
+	if err != nil {
+		return b
+	}
+	_, rest, err = cstring(rest)
+	if err != nil {
+		return b
+	}
+	out := make([]byte, 0, len(portal)+len(staleStatement)+2+len(rest))
+	out = append(append(out, portal...), 0)
+	out = append(append(out, staleStatement...), 0)
+	return append(out, rest...)
+}
+
+// rewriteError is a server error as the client is to see it: a query
+// cancelled by query_timeout_ms says so, and a stale statement's Bind
+// fails as PostgreSQL fails it.
+func (ss *session) rewriteError(l *link, body []byte) []byte {
+	if l.queryTimedOut.Load() {
+		body = ss.queryTimeoutError(body)
+	}
+	if !l.staleBinds.Load() || !bytes.Contains(body, []byte(staleStatement)) {
+		return body
+	}
+	msg, err := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "0A000",
+		Message: "cached plan must not change result type",
+		Detail:  "pg-kinetic: the statement was prepared again on another server, where its result columns differ from those it was described with"}).Encode(nil)
+	if err != nil || len(msg) < 5 {
+		return body
+	}
+	return msg[5:]
+}
+
+// bindToWrite is the client's Bind body as it is written to l: the Bind
+// of a stale statement names staleStatement instead (outside a failed
+// transaction, where the server's 25P02 comes first either way).
+func (ss *session) bindToWrite(l *link, body []byte) []byte {
+	name, err := bindStatement(body)
+	if err != nil || name == "" || !ss.client.stmts[name].stale || ss.txStatus() == 'E' {
+		return body
+	}
+	l.staleBinds.Store(true)
+	return staleBind(body)
 }

@@ -34,19 +34,8 @@ var allowed = []deviation{
 // permitted deviations: an entry goes when its test passes (the run logs
 // each entry whose test passed).
 var knownOpen = []deviation{
-	// A statement prepared on one server and re-Parsed by the proxy on
-	// another after an ALTER TABLE changed its result: PostgreSQL fails the
-	// Bind with "cached plan must not change result type" (0A000), the
-	// fresh Parse elsewhere with 08P01 (result formats for 3 columns, 2
-	// now). Depends on which servers the three units land on (replica lag
-	// from earlier tests): failed in 1 of 3 full runs of session/routed on
-	// 2026-12-02, never alone. The fix: a re-Parse also Describes, and a
-	// result shape other than the one the client was told fails the
-	// client's Bind with 0A000.
-	{"*/routed", "pgx.TestStmtCacheInvalidationConn", "open: re-Parse on another server after DDL hides 'cached plan must not change result type'"},
-	// The same class through a batch: failed once in transaction/routed
-	// in the clean-clone CI run of 882b62f on 2026-12-02 ("cached plan must
-	// not change result type" where pgx expected its cache to recover), and
-	// passed in every run before it.
-	{"*/routed", "pgx.TestStmtCacheInvalidationConnWithBatch", "open: re-Parse on another server after DDL hides 'cached plan must not change result type'"},
+	// (Empty: TestStmtCacheInvalidationConn and …WithBatch, open until
+	// 2026-12-02, pass since a re-Parse checks the statement's result
+	// columns: docs/behaviour.md, "A prepared statement's result columns
+	// are fixed"; TestStatementResultChangedElsewhere.)
 }

@@ -962,3 +962,123 @@ func TestSyncOrFlushWithABody(t *testing.T) {
 		t.Fatalf("select 1 after: %v, %d", err, one)
 	}
 }
+
+// TestStatementResultChangedElsewhere: a statement the client prepared and
+// described on one server, whose result columns an ALTER TABLE then
+// changed, fails its next Bind with 0A000 "cached plan must not change
+// result type" wherever that Bind lands, as on PostgreSQL. Here it is
+// prepared on the primary (inside a transaction that wrote) and bound
+// outside a transaction, a read routed to a replica, where the proxy
+// prepares it again: before the fix the Bind failed there with 08P01
+// (three result formats for two columns), and pgx's own
+// TestStmtCacheInvalidationConn failed through kineticd. A second part
+// runs pgx's steps: the error, then a retry that succeeds.
+func TestStatementResultChangedElsewhere(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 90*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})
+	tbl := uniqueIdent("shape")
+	t.Cleanup(func() { cl.Primary.Exec(context.Background(), "drop table if exists "+tbl) })
+	create := fmt.Sprintf("drop table if exists %[1]s; create table %[1]s (id int primary key, f1 int not null, f2 int not null); insert into %[1]s values (1, 1, 2)", tbl)
+
+	t.Run("Protocol", func(t *testing.T) {
+		rc := rawConnect(t, ctx, px.AppDSN())
+		defer rc.close()
+		rc.send(&pgproto3.Query{String: create})
+		rc.expect(4) // CommandComplete ×3, ReadyForQuery
+		rc.send(&pgproto3.Query{String: "begin; insert into " + tbl + " values (2, 3, 4)"})
+		rc.want(3, "C:BEGIN C:INSERT 0 1 Z:T")
+		get := "select * from " + tbl + " where id = $1"
+		rc.send(&pgproto3.Parse{Name: "get", Query: get, ParameterOIDs: []uint32{23}},
+			&pgproto3.Describe{ObjectType: 'S', Name: "get"}, &pgproto3.Sync{})
+		rc.want(4, "ParseComplete ParameterDescription RowDescription Z:T")
+		rc.send(&pgproto3.Query{String: "select inet_server_port()::text"})
+		rc.want(4, fmt.Sprintf("RowDescription D:%d C:SELECT 1 Z:T", cl.Primary.Port))
+		rc.send(&pgproto3.Query{String: "commit; alter table " + tbl + " drop column f1"})
+		rc.want(3, "C:COMMIT C:ALTER TABLE Z:I")
+		// Where the read runs: a replica (fallback "wait"), which never
+		// saw the statement.
+		rc.send(&pgproto3.Parse{Query: "select inet_server_port()::text"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		where := rc.expect(5)
+		if !strings.HasPrefix(where, "ParseComplete BindComplete D:") || strings.Contains(where, fmt.Sprintf("D:%d ", cl.Primary.Port)) {
+			t.Fatalf("the read after the ALTER: %s, want it on a replica", where)
+		}
+		for range 2 { // it stays stale, as on the server that prepared it
+			rc.send(&pgproto3.Bind{PreparedStatement: "get", Parameters: [][]byte{[]byte("1")}, ResultFormatCodes: []int16{0, 0, 0}},
+				&pgproto3.Execute{}, &pgproto3.Sync{})
+			rc.want(2, "E:0A000 Z:I")
+		}
+		// Prepared again by the client, it runs with the new columns.
+		rc.send(&pgproto3.Close{ObjectType: 'S', Name: "get"},
+			&pgproto3.Parse{Name: "get", Query: get, ParameterOIDs: []uint32{23}},
+			&pgproto3.Bind{PreparedStatement: "get", Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		rc.want(6, "CloseComplete ParseComplete BindComplete D:1 C:SELECT 1 Z:I")
+	})
+
+	// The table is dropped instead: the proxy's own re-Parse and Describe
+	// (ended by a Sync of the proxy's, outside a transaction block) fail
+	// unseen, and the statement is Parsed again inside the client's batch,
+	// so the client gets the error PostgreSQL gives its Bind (42P01), not
+	// a 26000 for a statement it prepared.
+	t.Run("Dropped", func(t *testing.T) {
+		rc := rawConnect(t, ctx, px.AppDSN())
+		defer rc.close()
+		rc.send(&pgproto3.Query{String: create})
+		rc.expect(4)
+		rc.send(&pgproto3.Query{String: "begin; insert into " + tbl + " values (2, 3, 4)"})
+		rc.want(3, "C:BEGIN C:INSERT 0 1 Z:T")
+		get := "select * from " + tbl + " where id = $1"
+		rc.send(&pgproto3.Parse{Name: "get", Query: get, ParameterOIDs: []uint32{23}},
+			&pgproto3.Describe{ObjectType: 'S', Name: "get"}, &pgproto3.Sync{})
+		rc.want(4, "ParseComplete ParameterDescription RowDescription Z:T")
+		rc.send(&pgproto3.Query{String: "commit; drop table " + tbl})
+		rc.want(3, "C:COMMIT C:DROP TABLE Z:I")
+		for range 2 {
+			rc.send(&pgproto3.Bind{PreparedStatement: "get", Parameters: [][]byte{[]byte("1")}},
+				&pgproto3.Execute{}, &pgproto3.Sync{})
+			rc.want(2, "E:42P01 Z:I")
+		}
+		// Still usable where it runs after the table is back.
+		rc.send(&pgproto3.Query{String: create})
+		rc.expect(4)
+		rc.send(&pgproto3.Bind{PreparedStatement: "get", Parameters: [][]byte{[]byte("1")}},
+			&pgproto3.Execute{}, &pgproto3.Sync{})
+		rc.want(4, "BindComplete D:1 C:SELECT 1 Z:I")
+	})
+
+	t.Run("Pgx", func(t *testing.T) {
+		c := connect(t, ctx, px.AppDSN())
+		for i := range 4 {
+			// (Another text each round: pgx's cached statement of the last
+			// round would fail on the new table as directly.)
+			get := fmt.Sprintf("select * from %s where id = $1 and %d = %[2]d", tbl, i)
+			if _, err := c.Exec(ctx, create); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := c.Query(ctx, get, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Exec(ctx, "alter table "+tbl+" drop column f1"); err != nil {
+				t.Fatal(err)
+			}
+			rows, err = c.Query(ctx, get, 1)
+			if err == nil {
+				rows.Next()
+				rows.Close()
+				err = rows.Err()
+			}
+			if err == nil || !strings.Contains(err.Error(), "cached plan must not change result type") {
+				t.Fatalf("round %d: the statement after the ALTER: %v, want 0A000 cached plan must not change result type", i, err)
+			}
+			var id, f2 int
+			if err := c.QueryRow(ctx, get, 1).Scan(&id, &f2); err != nil || id != 1 || f2 != 2 {
+				t.Fatalf("round %d: the retry: %v (%d, %d)", i, err, id, f2)
+			}
+		}
+	})
+}
