@@ -981,9 +981,12 @@ func TestStatementResultChangedElsewhere(t *testing.T) {
 	t.Cleanup(func() { cl.Primary.Exec(context.Background(), "drop table if exists "+tbl) })
 	create := fmt.Sprintf("drop table if exists %[1]s; create table %[1]s (id int primary key, f1 int not null, f2 int not null); insert into %[1]s values (1, 1, 2)", tbl)
 
-	t.Run("Protocol", func(t *testing.T) {
+	// prepareInWriteTx connects, creates the table, and inside a
+	// transaction that wrote (so on the primary) prepares and describes
+	// statement "get"; it returns the connection, in that transaction,
+	// and get's text.
+	prepareInWriteTx := func(t *testing.T) (*rawConn, string) {
 		rc := rawConnect(t, ctx, px.AppDSN())
-		defer rc.close()
 		rc.send(&pgproto3.Query{String: create})
 		rc.expect(4) // CommandComplete ×3, ReadyForQuery
 		rc.send(&pgproto3.Query{String: "begin; insert into " + tbl + " values (2, 3, 4)"})
@@ -992,6 +995,12 @@ func TestStatementResultChangedElsewhere(t *testing.T) {
 		rc.send(&pgproto3.Parse{Name: "get", Query: get, ParameterOIDs: []uint32{23}},
 			&pgproto3.Describe{ObjectType: 'S', Name: "get"}, &pgproto3.Sync{})
 		rc.want(4, "ParseComplete ParameterDescription RowDescription Z:T")
+		return rc, get
+	}
+
+	t.Run("Protocol", func(t *testing.T) {
+		rc, get := prepareInWriteTx(t)
+		defer rc.close()
 		rc.send(&pgproto3.Query{String: "select inet_server_port()::text"})
 		rc.want(4, fmt.Sprintf("RowDescription D:%d C:SELECT 1 Z:T", cl.Primary.Port))
 		rc.send(&pgproto3.Query{String: "commit; alter table " + tbl + " drop column f1"})
@@ -1021,16 +1030,8 @@ func TestStatementResultChangedElsewhere(t *testing.T) {
 	// so the client gets the error PostgreSQL gives its Bind (42P01), not
 	// a 26000 for a statement it prepared.
 	t.Run("Dropped", func(t *testing.T) {
-		rc := rawConnect(t, ctx, px.AppDSN())
+		rc, _ := prepareInWriteTx(t)
 		defer rc.close()
-		rc.send(&pgproto3.Query{String: create})
-		rc.expect(4)
-		rc.send(&pgproto3.Query{String: "begin; insert into " + tbl + " values (2, 3, 4)"})
-		rc.want(3, "C:BEGIN C:INSERT 0 1 Z:T")
-		get := "select * from " + tbl + " where id = $1"
-		rc.send(&pgproto3.Parse{Name: "get", Query: get, ParameterOIDs: []uint32{23}},
-			&pgproto3.Describe{ObjectType: 'S', Name: "get"}, &pgproto3.Sync{})
-		rc.want(4, "ParseComplete ParameterDescription RowDescription Z:T")
 		rc.send(&pgproto3.Query{String: "commit; drop table " + tbl})
 		rc.want(3, "C:COMMIT C:DROP TABLE Z:I")
 		for range 2 {
