@@ -198,8 +198,7 @@
 //   - rarely (0 to 2 in 40,000 sequences, never when replayed alone) a
 //     hang after an error in a Flush-ended unit continued to its Sync;
 //     none in the last 40,000 after the barrier fix (seed
-//     4456736391099484453, reproducible, fixed).
-//
+//     4456736391099484453, reproducible, fixed);
 //   - once in 20,000 session-pooling sequences on 2026-12-02 (two runs of
 //     base seed 616161 at ee6afb1), a hang at unit 0, the session's first
 //     simple Query (5644605187107151553; it passes replayed alone, three
