@@ -8,11 +8,14 @@
 //	server.go        Server, Serve, Shutdown, reload; the listener and the session set
 //	admit.go         SSLRequest/TLS, GSSENCRequest, CancelRequest, StartupMessage
 //	authenticate.go  SCRAM-SHA-256 (plaintext or verifier secrets) or md5
+//	clientcert.go    TLS client certificates: tls_ca_file, verify-ca/verify-full, auth = "cert"
+//	passthrough.go   SCRAM pass-through: one ClientKey per verifier, servers logged in to with it
 //	authquery.go     auth_query: secrets of users not in [[users]], from the route's primary, cached
 //	session.go       session: one client connection's state and goroutine
 //	connect.go       acquire a server connection, apply the client's settings
 //	forward.go       the client->server side: batches, analysis, routeBatch, writing units
 //	route.go         where a unit goes, pure: planUnit, decide, planFallback, reason words
+//	failover.go      the elected primary (health.Elect) a unit's writes go to; sessions moved off a demoted one
 //	record.go        what a unit's route is recorded and counted as (last_route, SHOW ROUTES, metrics)
 //	link.go          a server connection attached to a session and its reader (server->client relay)
 //	statements.go    the client's prepared statements, made to exist on whichever server runs a unit
@@ -32,6 +35,9 @@
 //	console.go       the admin console (database pgkinetic)
 //	pause.go         PAUSE/RESUME: units of a route held at the next idle point
 //	cancel.go        BackendKeyData issued by the proxy, CancelRequest relay
+//	timeouts.go      client_login, query, idle_transaction and client_idle timeouts
+//	janitor.go       closes pooled server connections past server_idle_timeout_ms or server_lifetime_ms
+//	contain.go       a panic in one session's goroutines ends that session only
 //	idle.go          client buffers lent only while a client has work
 //	errors.go        SQLSTATEs and the ErrorResponses the proxy makes (errorf)
 //	errno.go         accept errors the listener rides out
