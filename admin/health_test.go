@@ -41,11 +41,16 @@ func get(t *testing.T, method, addr, path string) (int, string, http.Header) {
 
 func serveWith(t *testing.T, src ReadinessSource) string {
 	t.Helper()
+	return serveProfiles(t, src, false)
+}
+
+func serveProfiles(t *testing.T, src ReadinessSource, profiles bool) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := Serve(ln, NewMetrics(), src)
+	h := Serve(ln, NewMetrics(), src, profiles)
 	t.Cleanup(func() {
 		if err := h.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -72,6 +77,24 @@ func TestHealthz(t *testing.T) {
 	}
 	if code, _, _ := get(t, http.MethodPost, addr, "/healthz"); code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /healthz = %d, want 405", code)
+	}
+}
+
+// TestPprof: /debug/pprof/ is served only with [metrics] pprof = true.
+func TestPprof(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	off := serveProfiles(t, fakeReadiness{}, false)
+	if code, _, _ := get(t, http.MethodGet, off, "/debug/pprof/heap"); code != http.StatusNotFound {
+		t.Errorf("pprof off: GET /debug/pprof/heap = %d, want 404", code)
+	}
+	on := serveProfiles(t, fakeReadiness{}, true)
+	code, body, _ := get(t, http.MethodGet, on, "/debug/pprof/heap?debug=1")
+	if code != http.StatusOK || !strings.Contains(body, "heap profile:") {
+		t.Errorf("pprof on: GET /debug/pprof/heap?debug=1 = %d %.80q, want 200 and a heap profile", code, body)
+	}
+	if code, _, _ := get(t, http.MethodGet, on, "/debug/pprof/"); code != http.StatusOK {
+		t.Errorf("pprof on: GET /debug/pprof/ = %d, want 200", code)
 	}
 }
 

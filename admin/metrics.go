@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -447,13 +448,14 @@ type HTTPServer struct {
 // ServeMetrics serves m at /metrics on ln ([metrics] listen) until Close,
 // with /healthz and a /readyz that is never ready (no ReadinessSource).
 // The server takes ownership of ln.
-func ServeMetrics(ln net.Listener, m *Metrics) *HTTPServer { return Serve(ln, m, nil) }
+func ServeMetrics(ln net.Listener, m *Metrics) *HTTPServer { return Serve(ln, m, nil, false) }
 
 // Serve serves m at /metrics on ln ([metrics] listen) until Close, plus
 // /healthz (200 while the process serves) and /readyz (200 when ready
 // reports the instance ready, else 503; health.go). The server takes
-// ownership of ln.
-func Serve(ln net.Listener, m *Metrics, ready ReadinessSource) *HTTPServer {
+// ownership of ln. With profiles ([metrics] pprof) it also serves Go's
+// runtime profiles at /debug/pprof/.
+func Serve(ln net.Listener, m *Metrics, ready ReadinessSource, profiles bool) *HTTPServer {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		ErrorHandling:       promhttp.ContinueOnError,
@@ -461,6 +463,13 @@ func Serve(ln net.Listener, m *Metrics, ready ReadinessSource) *HTTPServer {
 	}))
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", readyz(ready))
+	if profiles {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	h := &HTTPServer{
 		srv: &http.Server{
 			Handler:           mux,

@@ -351,7 +351,7 @@ func TestSeriesExistAtStartup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := admin.Serve(mln, srv.Metrics(), srv)
+	hs := admin.Serve(mln, srv.Metrics(), srv, false)
 	shut := false
 	defer func() {
 		hs.Close()

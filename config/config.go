@@ -114,6 +114,10 @@ type Admin struct {
 type Metrics struct {
 	// Listen is the host:port of the Prometheus endpoint; "" disables it.
 	Listen string `toml:"listen"`
+	// Pprof also serves Go's runtime profiles (net/http/pprof) at
+	// /debug/pprof/ on that listener; off by default, for diagnosing
+	// memory or CPU use (docs/operations.md "Profiling").
+	Pprof bool `toml:"pprof"`
 }
 
 // Log is the [log] table.

@@ -92,7 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			srv.Close()
 			return 1
 		}
-		hs := admin.Serve(mln, metrics, srv) // /metrics, /healthz, /readyz
+		hs := admin.Serve(mln, metrics, srv, cfg.Metrics.Pprof) // /metrics, /healthz, /readyz (+ /debug/pprof/)
 		defer hs.Close()
 		log.Info("metrics at /metrics, health at /healthz and /readyz", zap.String("listen", mln.Addr().String()))
 	}

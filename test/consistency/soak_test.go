@@ -44,10 +44,14 @@ import (
 // Every minute it samples kineticd's RSS (/proc/PID/status VmRSS), open
 // descriptors (/proc/PID/fd), goroutines (go_goroutines on /metrics), the
 // app user's backends in pg_stat_activity per server, statements per
-// second and errors by class. At the end it writes a markdown report
+// second and errors by class, and saves a heap profile of kineticd
+// ([metrics] pprof, after a forced GC) in a new directory under
+// os.TempDir(). At the end it writes a markdown report
 // (SOAK_REPORT, default a new file under os.TempDir(), its path logged):
 // the per-minute table, the least-squares slopes per minute over the
-// samples after the first 20% of the run, the errors by class with the
+// samples after the first 20% of the run, what the in-use heap gained
+// between the first profile after warm-up and the last, by function (go
+// tool pprof -base), the errors by class with the
 // fault that explains each, the faults and hostile clients by kind, and
 // the leak check.
 //
@@ -108,6 +112,12 @@ func TestSoak(t *testing.T) {
 	if n, err := listenOverflows(); err == nil {
 		sp.lastOverflows = n
 	}
+	profDir, err := os.MkdirTemp("", "kinetic-soak-heap-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.profDir = profDir
+	t.Logf("soak: heap profiles in %s", profDir)
 	ramp := min(time.Minute, sc.duration/10)
 	run, stop := context.WithTimeout(context.Background(), sc.duration)
 	defer stop()
@@ -282,7 +292,8 @@ func startSoakProxy(t *testing.T, cl *pgtest.Cluster, sc soakConfig) (*kineticte
 	if !strings.Contains(text, noMetrics) {
 		t.Fatalf("kinetictest's config has no %q to replace:\n%s", noMetrics, text)
 	}
-	text = strings.Replace(text, noMetrics, "[metrics]\nlisten = \""+metrics+"\"\n", 1)
+	// pprof: the sampler saves a heap profile with every sample.
+	text = strings.Replace(text, noMetrics, "[metrics]\nlisten = \""+metrics+"\"\npprof = true\n", 1)
 	// The product's probe interval and timeout (2000 ms, 750 ms), not the
 	// tests' 200 ms ones: under 1,000 clients on a shared machine a 200 ms
 	// probe timeout marks healthy servers unreachable.
@@ -399,6 +410,11 @@ type soakSample struct {
 	note       string
 }
 
+type soakProfile struct {
+	at   time.Duration
+	path string
+}
+
 type sampler struct {
 	h          *harness
 	pr         *kinetictest.Process
@@ -407,7 +423,11 @@ type sampler struct {
 	el         *errLog
 	hostile    *hostile
 
-	samples   []soakSample
+	samples []soakSample
+	// profDir holds a heap profile per sample (heap-<seconds>s.pb.gz,
+	// after a forced GC); profiles lists them in sample order.
+	profDir   string
+	profiles  []soakProfile
 	lastStmts int64
 	lastErrs  int
 	lastFault int
@@ -448,6 +468,13 @@ func (sp *sampler) take(at time.Duration) {
 	m, err := scrape(sp.metricsURL)
 	if err != nil {
 		notes = append(notes, "metrics: "+err.Error())
+	}
+	if sp.profDir != "" {
+		if path, err := sp.heapProfile(at); err == nil {
+			sp.profiles = append(sp.profiles, soakProfile{at, path})
+		} else {
+			notes = append(notes, "heap profile: "+err.Error())
+		}
 	}
 	s.goroutines = int(m.value("go_goroutines", -1))
 	s.liveMiB = m.value("go_memstats_next_gc_bytes", -1) / 2 / (1 << 20)
@@ -491,6 +518,58 @@ func (sp *sampler) take(at time.Duration) {
 	sp.h.t.Logf("soak sample t=%v: rss %.1f MiB, live heap %.1f MiB, fds %d, goroutines %d, clients %d, backends %v, pooled %v, %.0f stmt/s, errors %s, faults %d, hostile %d, violations %d, listen overflows %d %s",
 		at.Round(time.Second), float64(s.rssKiB)/1024, s.liveMiB, s.fds, s.goroutines, s.clients, s.backends, s.pooled,
 		float64(s.stmts)/(at-prev).Seconds(), sortedCounts(s.errs), s.faults, s.hostile, s.violations, s.overflows, s.note)
+}
+
+// heapProfile saves kineticd's heap profile (after a forced GC, so its
+// in-use figures are live memory) under sp.profDir.
+func (sp *sampler) heapProfile(at time.Duration) (string, error) {
+	url := strings.TrimSuffix(sp.metricsURL, "/metrics") + "/debug/pprof/heap?gc=1"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(sp.profDir, fmt.Sprintf("heap-%05ds.pb.gz", int(at.Seconds())))
+	return path, os.WriteFile(path, body, 0o644)
+}
+
+// heapGrowth is `go tool pprof -top` of the in-use heap of the last
+// profile less the first one at or after warm: what the live heap gained
+// after warm-up, by function.
+func (sp *sampler) heapGrowth(warm time.Duration) (string, error) {
+	var first, last *soakProfile
+	for i := range sp.profiles {
+		if sp.profiles[i].at < warm {
+			continue
+		}
+		if first == nil {
+			first = &sp.profiles[i]
+		}
+		last = &sp.profiles[i]
+	}
+	if first == nil || first == last {
+		return "", fmt.Errorf("fewer than two heap profiles after warm-up")
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-sample_index=inuse_space", "-top", "-nodecount=25",
+		"-base", first.path, last.path).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go tool pprof: %v: %s", err, out)
+	}
+	return fmt.Sprintf("`go tool pprof -sample_index=inuse_space -top -base %s %s` (t=%s → t=%s):\n\n```\n%s```\n",
+		filepath.Base(first.path), filepath.Base(last.path), fmtMin(first.at), fmtMin(last.at), out), nil
 }
 
 // listenOverflows reads the kernel's TcpExt ListenOverflows counter: SYNs
@@ -940,6 +1019,13 @@ func buildSoakReport(sc soakConfig, h *harness, workers []*worker, fl *faultLoop
 			fmt.Fprintf(&b, "| %s | 0 | | | | |\n", se.name)
 		}
 		fmt.Fprintf(&sum, "  slope %-18s %+.3f/min over %d samples\n", se.name, sl, len(ys))
+	}
+
+	fmt.Fprintf(&b, "\n## Live heap growth after warm-up\n\nHeap profiles (after a forced GC) are in %s, one per sample.\n\n", sp.profDir)
+	if g, err := sp.heapGrowth(warm); err == nil {
+		b.WriteString(g)
+	} else {
+		fmt.Fprintf(&b, "No comparison: %v.\n", err)
 	}
 
 	// Totals.

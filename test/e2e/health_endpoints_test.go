@@ -77,7 +77,7 @@ func TestHealthEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := admin.Serve(ln, px.Server.Metrics(), px.Server)
+	hs := admin.Serve(ln, px.Server.Metrics(), px.Server, false)
 	defer hs.Close()
 	addr := ln.Addr().String()
 
