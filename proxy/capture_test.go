@@ -102,12 +102,98 @@ func TestCaptureAccounting(t *testing.T) {
 		ss := newSession()
 		ss.fresh.captures = 1
 		// (A read's position: a write's would also tell the client.)
-		go ss.applyPosition(captureRead, freshness.Token{Timeline: 1, LSN: 42}, true, "", false)
+		go ss.applyPosition(captureRead, freshness.Token{Timeline: 1, LSN: 42}, true, "", false, 0, 1)
 		if !ss.waitCaptures() {
 			t.Fatal("waitCaptures = false after the position arrived")
 		}
 		if ss.fresh.floor.LSN != 42 || ss.owesCapture() {
 			t.Fatalf("floor %v, debt %v; want 0/2A and none", ss.fresh.floor, ss.owesCapture())
+		}
+	})
+}
+
+// A write whose position on its primary was never read is unsure: only a
+// position read on that timeline after it covers it, and an answer from a
+// later primary (a failover in between) does not name it (issue 14: such a
+// write was lost in a failover drill and never reported).
+func TestUnsureWrite(t *testing.T) {
+	newSession := func() (*session, *link) {
+		ss := &session{tx: 'I', log: zap.NewNop(), w: bufio.NewWriter(io.Discard), route: planRoute("session_write_lsn", 0)}
+		ss.cond = sync.NewCond(&ss.mu)
+		ss.fresh.token = freshness.Token{Timeline: 1, LSN: 100}
+		l := newLink(&pool.Conn{Addr: "primary:5432", W: bufio.NewWriter(io.Discard)}, nil, false, true)
+		return ss, l
+	}
+	state := func(ss *session) (unsureWrite, freshness.Token) {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.fresh.unsure, ss.fresh.token
+	}
+	at := func(tli uint32, lsn uint64) freshness.Token { return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)} }
+
+	t.Run("its link fails before the position is read", func(t *testing.T) {
+		ss, l := newSession()
+		ss.mu.Lock()
+		ss.positionAfterLocked(l, 1, captureWrite)
+		ss.mu.Unlock()
+		ss.linkFailed(l, io.EOF, false)
+		if u, _ := state(ss); u.timeline != 1 || u.after != at(1, 100) {
+			t.Fatalf("unsure = %+v, want timeline 1 after 1:0/64", u)
+		}
+	})
+
+	t.Run("its position query fails; a later primary's answer does not cover it", func(t *testing.T) {
+		ss, _ := newSession()
+		ss.mu.Lock()
+		ss.fresh.captures, ss.fresh.requests = 2, 7
+		ss.mu.Unlock()
+		ss.applyPosition(captureWrite, freshness.Token{}, false, "", false, 1, 7)
+		u, _ := state(ss)
+		if u.timeline != 1 || u.seq != 7 || !ss.owesCapture() {
+			t.Fatalf("after a failed position: unsure %+v, debt %v; want timeline 1 seq 7 and a debt", u, ss.owesCapture())
+		}
+		// The debt paid by the new primary, on timeline 2.
+		ss.applyPosition(captureWrite, at(2, 900), true, "", true, 1, 8)
+		if u, tok := state(ss); u.timeline != 1 || tok != at(1, 100) {
+			t.Fatalf("after timeline 2's position: unsure %+v, token %v; want still unsure on 1 and the token 1:0/64", u, tok)
+		}
+	})
+
+	t.Run("a position on its timeline asked before it does not cover it; one asked after does", func(t *testing.T) {
+		ss, _ := newSession()
+		ss.mu.Lock()
+		ss.fresh.captures, ss.fresh.requests = 3, 5
+		ss.markUnsureLocked(1)
+		ss.mu.Unlock()
+		ss.applyPosition(captureRead, at(1, 300), true, "", false, 0, 4)
+		if u, _ := state(ss); u.timeline != 1 {
+			t.Fatalf("an answer asked for before the write cleared it: %+v", u)
+		}
+		ss.applyPosition(captureRead, at(1, 400), true, "", false, 0, 6)
+		if u, tok := state(ss); u.timeline != 0 || tok != at(1, 400) {
+			t.Fatalf("after a later answer on timeline 1: unsure %+v, token %v; want none and the token raised to 1:0/190", u, tok)
+		}
+	})
+
+	t.Run("a write's position answered by a later primary makes it unsure", func(t *testing.T) {
+		ss, _ := newSession()
+		ss.mu.Lock()
+		ss.fresh.captures = 1
+		ss.mu.Unlock()
+		ss.applyPosition(captureWrite, at(2, 900), true, "", false, 1, 1)
+		if u, tok := state(ss); u.timeline != 1 || tok != at(1, 100) {
+			t.Fatalf("unsure %+v, token %v; want unsure on 1 and the token kept at 1:0/64", u, tok)
+		}
+	})
+
+	t.Run("told: lostWrite clears it and keeps the token", func(t *testing.T) {
+		ss, _ := newSession()
+		ss.mu.Lock()
+		ss.markUnsureLocked(1)
+		ss.mu.Unlock()
+		ss.lostWrite(nil)
+		if u, tok := state(ss); u.timeline != 0 || tok != at(1, 100) {
+			t.Fatalf("unsure %+v, token %v; want none and 1:0/64", u, tok)
 		}
 	})
 }

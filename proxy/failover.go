@@ -92,21 +92,28 @@ func (s *Server) snapshotOf(name string) *health.Snapshot {
 	return nil
 }
 
-// lostWrite records that the session's token named a write a failover
-// lost (planUnit's KN002): the token, and a floor still on the old
-// timeline, fall back to what survived of them, to (the switch point on the
-// new timeline), so only this read fails; the metric and the log say so.
-func (ss *session) lostWrite(to freshness.Token) {
+// lostWrite records that the session was told a write of it was (or, for
+// an unsure write, may have been) lost in a failover (planUnit's KN002):
+// with to, the token, and a floor still on the old timeline, fall back to
+// what survived of them, *to (the switch point on the new timeline), so
+// only this unit fails; the metric and the log say so. The unsure write,
+// if any, has been told.
+func (ss *session) lostWrite(to *freshness.Token) {
 	ss.mu.Lock()
 	lost := ss.fresh.token
-	ss.fresh.token = to
-	if ss.fresh.floor.Timeline != 0 && ss.fresh.floor.Timeline < to.Timeline {
-		ss.fresh.floor = to
+	ss.fresh.unsure = unsureWrite{}
+	now := lost
+	if to != nil {
+		now = *to
+		ss.fresh.token = now
+		if ss.fresh.floor.Timeline != 0 && ss.fresh.floor.Timeline < now.Timeline {
+			ss.fresh.floor = now
+		}
 	}
 	ss.mu.Unlock()
 	if ss.srv != nil {
 		ss.srv.metrics.LostWrite(ss.route.Name)
 	}
 	ss.log.Warn("a session's last write was lost in a failover (KN002)", zap.String("route", ss.route.Name),
-		zap.Stringer("token", lost), zap.Stringer("now", to))
+		zap.Stringer("token", lost), zap.Stringer("now", now))
 }

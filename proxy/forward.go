@@ -1017,8 +1017,8 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 
 	// Everything decided before a server is chosen (route.go: planUnit).
 	p, primaryV := ss.plan(u)
-	if p.lost != nil {
-		ss.lostWrite(*p.lost)
+	if p.lost != nil || p.unsureTold {
+		ss.lostWrite(p.lost)
 	}
 	if p.fail != nil {
 		if p.rejected != "" {
@@ -1183,7 +1183,9 @@ func (ss *session) payCaptureDebt() error {
 		return nil
 	}
 	ss.fresh.captures++
-	ss.requestPositionLocked(captureWrite, true)
+	// An unsure write's timeline: an answer from a later primary pays the
+	// debt but does not name that write (applyPosition).
+	ss.requestPositionLocked(captureWrite, true, ss.fresh.unsure.timeline)
 	return nil
 }
 
@@ -1235,6 +1237,7 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 		// position is read before the session's next unit instead.
 		ss.mu.Lock()
 		ss.fresh.captureDebt = true
+		ss.markUnsureLocked(ss.writeTimelineLocked(l.addr))
 		ss.mu.Unlock()
 		return nil
 	}
@@ -1474,7 +1477,7 @@ func (ss *session) plan(u unitInfo) (unitPlan, health.Verdict) {
 			// answered: they move the token.)
 			f.positionAsked, f.positionKnown = true, ss.waitCaptures() && !ss.owesCapture()
 			ss.mu.Lock()
-			f.floor, f.token, f.minLSN = ss.fresh.floor, ss.fresh.token, ss.fresh.minLSN
+			f.floor, f.token, f.minLSN, f.unsure = ss.fresh.floor, ss.fresh.token, ss.fresh.minLSN, ss.fresh.unsure
 			ss.mu.Unlock()
 		case needStrict:
 			f.strictAsked = true
@@ -1494,13 +1497,14 @@ func (ss *session) unitFacts(u unitInfo) (unitFacts, health.Verdict) {
 	var primaryV health.Verdict
 	primaryV, _ = ss.srv.primaryVerdict(ss.route)
 	f.primaryTimeline, f.primaryInRecovery, f.primaryHistory = primaryV.Timeline, primaryV.SplitBrain, primaryV.History
+	// The token as it stands, for a unit that asks for no position (a
+	// write): a lost write is told at once (planUnit).
+	ss.mu.Lock()
 	if f.primaryHistory != nil {
-		// The token as it stands, for a unit that asks for no position
-		// (a write): a lost write is told at once (planUnit).
-		ss.mu.Lock()
 		f.token = ss.fresh.token
-		ss.mu.Unlock()
 	}
+	f.unsure = ss.fresh.unsure
+	ss.mu.Unlock()
 	f.stage, f.rolledBack = ss.srv.rollout.get(ss.route.Name)
 	f.staysPut = (u.read || u.txStart) && ss.staysPut(u)
 	sticky := ss.route.Freshness.StickyPrimaryWindow()

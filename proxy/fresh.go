@@ -36,20 +36,83 @@ func (ss *session) routingMode() string {
 	return ss.route.ReadRouting.ReadRoutingMode
 }
 
+// unsureWrite is a write the session committed on the primary of
+// timeline timeline whose position there was never read: its position
+// query failed (the primary died, the reader's connection dropped), its
+// server connection was lost with the query still due, it was a COPY FROM
+// STDIN, or the query was answered by a later primary after a failover.
+// All of it lies after after (the token when it was noted). A position
+// read on that same timeline, asked for after it was noted (seq), covers
+// it; once the route's primary is on a later timeline, the write may have
+// been lost and the session is told so (planUnit: KN002). Zero: none.
+type unsureWrite struct {
+	timeline uint32
+	after    freshness.Token
+	seq      uint64 // fresh.requests when it was noted
+}
+
+// markUnsureLocked notes a write on the primary of timeline tl whose
+// position will not be read (unsureWrite). The earliest such write is
+// kept until it is covered or told. tl 0 (the primary's timeline is not
+// known) notes nothing: nothing can be judged of it. Callers hold ss.mu.
+func (ss *session) markUnsureLocked(tl uint32) {
+	if tl == 0 {
+		return
+	}
+	if u := ss.fresh.unsure; u.timeline == 0 || tl < u.timeline {
+		ss.fresh.unsure = unsureWrite{timeline: tl, after: ss.fresh.token, seq: ss.fresh.requests}
+	}
+}
+
+// writeTimelineLocked is the timeline of the primary at addr, where a
+// unit that may have written ran, as the probes last saw it: the timeline
+// its commit is on. Without a verdict, the token's timeline; 0 when
+// neither is known. Callers hold ss.mu.
+func (ss *session) writeTimelineLocked(addr string) uint32 {
+	if ss.srv != nil && ss.route != nil {
+		if snap := ss.srv.snapshotOf(ss.route.Name); snap != nil {
+			if v, ok := snap.Get(addr); ok && v.Timeline != 0 {
+				return v.Timeline
+			}
+		}
+	}
+	return ss.fresh.token.Timeline
+}
+
 // applyPosition uncounts a position read for kind and, when ok, applies
 // tok: a write's token (told to the client as ParameterStatus
 // pg_kinetic.write_lsn, without waiting for it) and floor, a read's floor.
-// clearsDebt: it was read to pay captureDebt.
-func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr string, clearsDebt bool) {
+// clearsDebt: it was read to pay captureDebt. tl is the timeline of the
+// primary the write ran on (0 unknown; captureWrite only) and seq the
+// request's number (requestPositionLocked).
+//
+// A write's position read on a later timeline than its own does not name
+// the write (the primary changed in between): the token stays, and the
+// write is unsure (unsureWrite). A position read on an unsure write's
+// timeline after it was noted covers it: the token rises to it.
+func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr string, clearsDebt bool, tl uint32, seq uint64) {
 	var status2 *pgproto3.ParameterStatus
 	ss.mu.Lock()
 	ss.fresh.captures--
+	raiseToken := func() {
+		if ss.fresh.token.Less(tok) {
+			ss.fresh.token = tok
+			status2 = &pgproto3.ParameterStatus{Name: "pg_kinetic.write_lsn", Value: tok.String()}
+		}
+	}
+	if ok && kind != captureReplay {
+		if u := ss.fresh.unsure; u.timeline != 0 && tok.Timeline == u.timeline && seq > u.seq {
+			ss.fresh.unsure = unsureWrite{}
+			raiseToken()
+		}
+	}
 	if ok {
 		switch kind {
 		case captureWrite:
-			if ss.fresh.token.Less(tok) {
-				ss.fresh.token = tok
-				status2 = &pgproto3.ParameterStatus{Name: "pg_kinetic.write_lsn", Value: tok.String()}
+			if tl != 0 && tok.Timeline > tl {
+				ss.markUnsureLocked(tl)
+			} else {
+				raiseToken()
 			}
 			ss.raiseFloorLocked(tok)
 		case captureRead:
@@ -65,6 +128,9 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr s
 		// What the unit wrote or saw is unknown: reads go to the primary
 		// until a position is read (payCaptureDebt).
 		ss.fresh.captureDebt = true
+		if kind == captureWrite {
+			ss.markUnsureLocked(tl)
+		}
 	}
 	ss.cond.Broadcast()
 	ss.mu.Unlock()
@@ -84,8 +150,9 @@ func (ss *session) positionReader() *freshness.Reader {
 // positionDue is a primary position the session reads once l's batch
 // number batch is answered: after the unit it follows.
 type positionDue struct {
-	batch uint64
-	kind  byte
+	batch    uint64
+	kind     byte
+	timeline uint32 // captureWrite: the timeline of the primary it ran on (writeTimelineLocked)
 }
 
 // positionAfterLocked asks for the primary's position once l answers
@@ -94,6 +161,10 @@ type positionDue struct {
 // commit. Callers hold ss.mu.
 func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
 	ss.fresh.captures++
+	var tl uint32
+	if kind == captureWrite {
+		tl = ss.writeTimelineLocked(l.addr)
+	}
 	if l.rfqs >= batch {
 		// Answered already (the unit was flushed as it was written): a
 		// request now is after its ReadyForQuery.
@@ -102,16 +173,19 @@ func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
 			ss.cond.Broadcast()
 			return
 		}
-		ss.requestPositionLocked(kind, false)
+		ss.requestPositionLocked(kind, false, tl)
 		return
 	}
 	if l.dead {
 		ss.fresh.captures--
 		ss.fresh.captureDebt = true
+		if kind == captureWrite {
+			ss.markUnsureLocked(tl)
+		}
 		ss.cond.Broadcast()
 		return
 	}
-	l.due = append(l.due, positionDue{batch: batch, kind: kind})
+	l.due = append(l.due, positionDue{batch: batch, kind: kind, timeline: tl})
 }
 
 // seenAfterLocked notes, once l answers batch (a read's last), that the
@@ -147,7 +221,7 @@ func (ss *session) positionsDueLocked(l *link, status byte) {
 			ss.fresh.captures--
 			continue
 		}
-		ss.requestPositionLocked(d.kind, false)
+		ss.requestPositionLocked(d.kind, false, d.timeline)
 	}
 	if len(l.due) == 0 {
 		l.due = nil
@@ -165,19 +239,24 @@ func (ss *session) positionsDueLocked(l *link, status byte) {
 // position queries a second instead of one per transaction. Whatever
 // needs the position first — a read to route (waitCaptures), SHOW
 // pg_kinetic.write_lsn — hurries it.
-func (ss *session) requestPositionLocked(kind byte, clearsDebt bool) {
+func (ss *session) requestPositionLocked(kind byte, clearsDebt bool, tl uint32) {
 	rd := ss.positionReader()
 	if rd == nil {
 		ss.fresh.captures--
 		ss.fresh.captureDebt = ss.fresh.captureDebt || kind != capturePosition
+		if kind == captureWrite {
+			ss.markUnsureLocked(tl)
+		}
 		ss.cond.Broadcast()
 		return
 	}
+	ss.fresh.requests++
+	seq := ss.fresh.requests
 	done := func(tok freshness.Token, err error) {
 		if err != nil {
 			ss.log.Debug("WAL position not read", zap.Error(err))
 		}
-		ss.applyPosition(kind, tok, err == nil, "", clearsDebt)
+		ss.applyPosition(kind, tok, err == nil, "", clearsDebt, tl, seq)
 	}
 	if !ss.fresh.usedReplica && !clearsDebt && (kind == captureWrite || kind == captureRead) {
 		rd.RequestLater(done)
@@ -197,6 +276,9 @@ func (ss *session) positionsLostLocked(l *link) {
 		}
 		ss.fresh.captures--
 		ss.fresh.captureDebt = true
+		if d.kind == captureWrite {
+			ss.markUnsureLocked(d.timeline)
+		}
 	}
 	l.due = nil
 	ss.cond.Broadcast()

@@ -96,6 +96,40 @@ func TestPlanUnit(t *testing.T) {
 				f.primaryTimeline, f.primaryHistory, f.token = 2, planHistory(t), tok(1, 0x5001)
 				return f
 			}(), want{read: true, reason: reasonRead, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary}},
+		{"§7 a write whose position was never read, primary now on a later timeline: KN002 (may have been lost)",
+			func() unitFacts {
+				f := known(base)
+				f.primaryTimeline, f.primaryHistory, f.token = 2, planHistory(t), tok(1, 0x4000)
+				f.unsure = unsureWrite{timeline: 1, after: tok(1, 0x4000)}
+				return f
+			}(), want{read: true, reason: reasonRead, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary}},
+		{"§7 the same unsure write without a history: KN002 too",
+			func() unitFacts {
+				f := known(base)
+				f.primaryTimeline, f.token = 2, tok(1, 0x4000)
+				f.unsure = unsureWrite{timeline: 1, after: tok(1, 0x4000)}
+				return f
+			}(), want{read: true, reason: reasonRead, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary}},
+		{"§7 a write's next unit after the failover is told too, before it runs",
+			func() unitFacts {
+				f := base
+				f.unit, f.primaryTimeline = unitInfo{reason: reasonWrite}, 2
+				f.unsure = unsureWrite{timeline: 1}
+				return f
+			}(), want{reason: reasonWrite, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary}},
+		{"§7 an unsure write on the primary's own timeline: nothing to tell (its position is read later)",
+			func() unitFacts {
+				f := known(base)
+				f.unsure = unsureWrite{timeline: 1, after: tok(1, 50)}
+				return f
+			}(), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, floor: tok(1, 100)}},
+		{"§7 a stale-ok read is not told",
+			func() unitFacts {
+				f := known(base)
+				f.unit.class, f.primaryTimeline = "feed", 2
+				f.unsure = unsureWrite{timeline: 1}
+				return f
+			}(), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, staleOK: true}},
 		{"§7 no history: the old token stays (timeline_changed later)",
 			func() unitFacts {
 				f := known(base)

@@ -229,6 +229,10 @@ type unitFacts struct {
 	// (freshness.Carry), and a token beyond its switch point is a lost
 	// write.
 	primaryHistory *health.TimelineHistory
+	// unsure is the session's write whose position was never read
+	// (unsureWrite); once the primary is on a later timeline it may have
+	// been lost.
+	unsure unsureWrite
 }
 
 // unitPlan is what planUnit decides for a unit before a server is chosen.
@@ -249,6 +253,9 @@ type unitPlan struct {
 	// a failover; the token falls back to this (the switch point, on the
 	// primary's timeline), so the read fails once.
 	lost *freshness.Token
+	// unsureTold, with fail (KN002): the session's unsure write (f.unsure)
+	// may have been lost; the session has now been told.
+	unsureTold bool
 }
 
 // planUnit applies, in order, the rules of SPEC §3–§7 that decide a unit's
@@ -331,6 +338,19 @@ func planUnit(f unitFacts) unitPlan {
 				fmt.Sprintf("token %s lies beyond %s, where timeline %d ended; the primary is on timeline %d",
 					f.token, sp, f.token.Timeline, f.primaryTimeline))
 			p.rejected, p.lost, p.unit = reasonTimelineChanged, &token, u
+			return p
+		}
+		if us := f.unsure; us.timeline != 0 && f.primaryTimeline > us.timeline {
+			// A write whose position on its timeline was never read:
+			// whether it lies before the switch point is unknown, so the
+			// session is told it may have been lost rather than nothing.
+			detail := fmt.Sprintf("the position of a write on timeline %d was not read before the primary changed; the primary is on timeline %d",
+				us.timeline, f.primaryTimeline)
+			if _, known, _, sp := freshness.Carry(us.after, f.primaryTimeline, f.primaryHistory); known {
+				detail += fmt.Sprintf("; timeline %d ended at %s", us.timeline, sp)
+			}
+			p.fail = withDetail(errorf(codeLostWrite, "pg-kinetic: this session's last write may have been lost in a failover"), detail)
+			p.rejected, p.unsureTold, p.unit = reasonTimelineChanged, true, u
 			return p
 		}
 	}

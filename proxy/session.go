@@ -72,6 +72,12 @@ type sessionFreshness struct {
 	// its connection, so token and floor may lag what the session wrote or
 	// saw (forgetSwallowLocked).
 	captureDebt bool
+	// unsure: a write of the session whose position on its primary was
+	// never read (unsureWrite); requests numbers the position requests
+	// made, so an answer can tell whether it was asked for after that
+	// write.
+	unsure   unsureWrite
+	requests uint64
 	// seen: replicas the session read from, what it saw there not yet
 	// bounded; affine: the replica its last read-your-writes read used
 	// (affinity.go).
