@@ -129,7 +129,9 @@ func TestUnsureWrite(t *testing.T) {
 		defer ss.mu.Unlock()
 		return ss.fresh.unsure, ss.fresh.token
 	}
-	at := func(tli uint32, lsn uint64) freshness.Token { return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)} }
+	at := func(tli uint32, lsn uint64) freshness.Token {
+		return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}
+	}
 
 	t.Run("its link fails before the position is read", func(t *testing.T) {
 		ss, l := newSession()
