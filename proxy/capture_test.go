@@ -188,6 +188,21 @@ func TestUnsureWrite(t *testing.T) {
 		}
 	})
 
+	t.Run("a later timeline's position keeps the token it replaces to be judged", func(t *testing.T) {
+		ss, _ := newSession()
+		ss.mu.Lock()
+		ss.fresh.captures = 2
+		ss.mu.Unlock()
+		ss.applyPosition(captureWrite, at(2, 900), true, "", false, 2, 1)
+		ss.applyPosition(captureWrite, at(2, 950), true, "", false, 2, 2)
+		ss.mu.Lock()
+		prior, tok := ss.fresh.prior, ss.fresh.token
+		ss.mu.Unlock()
+		if prior != at(1, 100) || tok != at(2, 950) {
+			t.Fatalf("prior %v, token %v; want 1:0/64 kept and the token 2:0/3B6", prior, tok)
+		}
+	})
+
 	t.Run("told: lostWrite clears it and keeps the token", func(t *testing.T) {
 		ss, _ := newSession()
 		ss.mu.Lock()

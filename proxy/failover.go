@@ -101,7 +101,7 @@ func (s *Server) snapshotOf(name string) *health.Snapshot {
 func (ss *session) lostWrite(to *freshness.Token) {
 	ss.mu.Lock()
 	lost := ss.fresh.token
-	ss.fresh.unsure = unsureWrite{}
+	ss.fresh.unsure, ss.fresh.prior = unsureWrite{}, freshness.Token{}
 	now := lost
 	if to != nil {
 		now = *to

@@ -1017,6 +1017,11 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 
 	// Everything decided before a server is chosen (route.go: planUnit).
 	p, primaryV := ss.plan(u)
+	if p.priorJudged {
+		ss.mu.Lock()
+		ss.fresh.prior = freshness.Token{}
+		ss.mu.Unlock()
+	}
 	if p.lost != nil || p.unsureTold {
 		ss.lostWrite(p.lost)
 	}
@@ -1477,7 +1482,7 @@ func (ss *session) plan(u unitInfo) (unitPlan, health.Verdict) {
 			// answered: they move the token.)
 			f.positionAsked, f.positionKnown = true, ss.waitCaptures() && !ss.owesCapture()
 			ss.mu.Lock()
-			f.floor, f.token, f.minLSN, f.unsure = ss.fresh.floor, ss.fresh.token, ss.fresh.minLSN, ss.fresh.unsure
+			f.floor, f.token, f.minLSN, f.unsure, f.prior = ss.fresh.floor, ss.fresh.token, ss.fresh.minLSN, ss.fresh.unsure, ss.fresh.prior
 			ss.mu.Unlock()
 		case needStrict:
 			f.strictAsked = true
@@ -1501,7 +1506,7 @@ func (ss *session) unitFacts(u unitInfo) (unitFacts, health.Verdict) {
 	// write): a lost write is told at once (planUnit).
 	ss.mu.Lock()
 	if f.primaryHistory != nil {
-		f.token = ss.fresh.token
+		f.token, f.prior = ss.fresh.token, ss.fresh.prior
 	}
 	f.unsure = ss.fresh.unsure
 	ss.mu.Unlock()

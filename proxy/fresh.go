@@ -66,13 +66,17 @@ func (ss *session) markUnsureLocked(tl uint32) {
 
 // writeTimelineLocked is the timeline of the primary at addr, where a
 // unit that may have written ran, as the probes last saw it: the timeline
-// its commit is on. Without a verdict, the token's timeline; 0 when
-// neither is known. Callers hold ss.mu.
+// its commit is on. When its last probe failed (it may just have died), the
+// route's elected timeline, then the token's; 0 when none is known.
+// Callers hold ss.mu.
 func (ss *session) writeTimelineLocked(addr string) uint32 {
 	if ss.srv != nil && ss.route != nil {
 		if snap := ss.srv.snapshotOf(ss.route.Name); snap != nil {
 			if v, ok := snap.Get(addr); ok && v.Timeline != 0 {
 				return v.Timeline
+			}
+			if e, ok := snap.Election(ss.route.Name); ok && e.Timeline != 0 {
+				return e.Timeline
 			}
 		}
 	}
@@ -96,6 +100,11 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr s
 	ss.fresh.captures--
 	raiseToken := func() {
 		if ss.fresh.token.Less(tok) {
+			if old := ss.fresh.token; old.Timeline != 0 && old.Timeline < tok.Timeline && ss.fresh.prior.Timeline == 0 {
+				// A later primary's position replaces a token that may
+				// name a write the failover lost: kept to be judged.
+				ss.fresh.prior = old
+			}
 			ss.fresh.token = tok
 			status2 = &pgproto3.ParameterStatus{Name: "pg_kinetic.write_lsn", Value: tok.String()}
 		}

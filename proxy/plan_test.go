@@ -46,6 +46,8 @@ func TestPlanUnit(t *testing.T) {
 		floor    freshness.Token
 		strict   bool
 		staleOK  bool
+		told     bool // the session is told of a lost (or maybe lost) write: its unsure write and prior token are forgotten
+		judged   bool // its prior token was judged
 	}
 	for _, tc := range []struct {
 		rule string
@@ -102,21 +104,21 @@ func TestPlanUnit(t *testing.T) {
 				f.primaryTimeline, f.primaryHistory, f.token = 2, planHistory(t), tok(1, 0x4000)
 				f.unsure = unsureWrite{timeline: 1, after: tok(1, 0x4000)}
 				return f
-			}(), want{read: true, reason: reasonRead, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary}},
+			}(), want{read: true, reason: reasonRead, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary, told: true}},
 		{"§7 the same unsure write without a history: KN002 too",
 			func() unitFacts {
 				f := known(base)
 				f.primaryTimeline, f.token = 2, tok(1, 0x4000)
 				f.unsure = unsureWrite{timeline: 1, after: tok(1, 0x4000)}
 				return f
-			}(), want{read: true, reason: reasonRead, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary}},
+			}(), want{read: true, reason: reasonRead, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary, told: true}},
 		{"§7 a write's next unit after the failover is told too, before it runs",
 			func() unitFacts {
 				f := base
 				f.unit, f.primaryTimeline = unitInfo{reason: reasonWrite}, 2
 				f.unsure = unsureWrite{timeline: 1}
 				return f
-			}(), want{reason: reasonWrite, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary}},
+			}(), want{reason: reasonWrite, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary, told: true}},
 		{"§7 an unsure write on the primary's own timeline: nothing to tell (its position is read later)",
 			func() unitFacts {
 				f := known(base)
@@ -130,6 +132,18 @@ func TestPlanUnit(t *testing.T) {
 				f.unsure = unsureWrite{timeline: 1}
 				return f
 			}(), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, staleOK: true}},
+		{"§7 a token of timeline 1 replaced by timeline 2's position before the history was known, beyond the switch point: KN002",
+			func() unitFacts {
+				f := known(base)
+				f.primaryTimeline, f.primaryHistory, f.token, f.prior = 2, planHistory(t), tok(2, 0x6000), tok(1, 0x5001)
+				return f
+			}(), want{read: true, reason: reasonRead, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary, told: true, judged: true}},
+		{"§7 the same prior token before the switch point: judged, the read goes on",
+			func() unitFacts {
+				f := known(base)
+				f.primaryTimeline, f.primaryHistory, f.token, f.prior = 2, planHistory(t), tok(2, 0x6000), tok(1, 0x4000)
+				return f
+			}(), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, floor: tok(2, 0x6000), judged: true}},
 		{"§7 no history: the old token stays (timeline_changed later)",
 			func() unitFacts {
 				f := known(base)
@@ -183,7 +197,7 @@ func TestPlanUnit(t *testing.T) {
 	} {
 		p := planUnit(tc.f)
 		got := want{read: p.unit.read, reason: p.unit.reason, need: p.need, rejected: p.rejected, fallback: p.fallback,
-			floor: p.req.Floor, strict: p.req.Strict, staleOK: p.unit.staleOK}
+			floor: p.req.Floor, strict: p.req.Strict, staleOK: p.unit.staleOK, told: p.unsureTold, judged: p.priorJudged}
 		if p.fail != nil {
 			got.fail = p.fail.Code
 		}

@@ -233,6 +233,9 @@ type unitFacts struct {
 	// (unsureWrite); once the primary is on a later timeline it may have
 	// been lost.
 	unsure unsureWrite
+	// prior is the session's token of an earlier timeline not judged yet
+	// (sessionFreshness.prior), gathered with the token.
+	prior freshness.Token
 }
 
 // unitPlan is what planUnit decides for a unit before a server is chosen.
@@ -254,8 +257,12 @@ type unitPlan struct {
 	// primary's timeline), so the read fails once.
 	lost *freshness.Token
 	// unsureTold, with fail (KN002): the session's unsure write (f.unsure)
-	// may have been lost; the session has now been told.
+	// may have been lost, or its prior token was lost; the session has now
+	// been told.
 	unsureTold bool
+	// priorJudged: f.prior was judged against the primary's history
+	// (kept, or told as lost): it is forgotten.
+	priorJudged bool
 }
 
 // planUnit applies, in order, the rules of SPEC §3–§7 that decide a unit's
@@ -339,6 +346,20 @@ func planUnit(f unitFacts) unitPlan {
 					f.token, sp, f.token.Timeline, f.primaryTimeline))
 			p.rejected, p.lost, p.unit = reasonTimelineChanged, &token, u
 			return p
+		}
+		if pr := f.prior; pr.Timeline != 0 {
+			// A token a later primary's position replaced before the
+			// history was known: judged now that it is.
+			if _, known, lost, sp := freshness.Carry(pr, f.primaryTimeline, f.primaryHistory); known {
+				p.priorJudged = true
+				if lost {
+					p.fail = withDetail(errorf(codeLostWrite, "pg-kinetic: this session's last write was lost in a failover"),
+						fmt.Sprintf("token %s lies beyond %s, where timeline %d ended; the primary is on timeline %d",
+							pr, sp, pr.Timeline, f.primaryTimeline))
+					p.rejected, p.unsureTold, p.unit = reasonTimelineChanged, true, u
+					return p
+				}
+			}
 		}
 		if us := f.unsure; us.timeline != 0 && f.primaryTimeline > us.timeline {
 			// A write whose position on its timeline was never read:

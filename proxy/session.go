@@ -78,6 +78,11 @@ type sessionFreshness struct {
 	// write.
 	unsure   unsureWrite
 	requests uint64
+	// prior: the token of an earlier timeline that a later primary's
+	// position replaced before it was judged against that timeline's
+	// switch point (the history was not known yet); judged, and told if
+	// lost, once the history is (planUnit). Zero: none.
+	prior freshness.Token
 	// seen: replicas the session read from, what it saw there not yet
 	// bounded; affine: the replica its last read-your-writes read used
 	// (affinity.go).

@@ -67,7 +67,8 @@ import (
 // (default 1000), SOAK_THINK_MS (mean pause between steps, default 15000:
 // uniform in [mean/2, 3·mean/2)), SOAK_HOSTILE_PER_SEC (default 5),
 // SOAK_POOL_SIZE (per server, default 40), SOAK_SEED, SOAK_REPORT,
-// SOAK_SAMPLE (sample interval, default 1m).
+// SOAK_SAMPLE (sample interval, default 1m), SOAK_STMT_CACHE (the clients'
+// pgx statement_cache_capacity, default pgx's 512).
 func TestSoak(t *testing.T) {
 	if os.Getenv("KINETIC_SOAK") == "" {
 		t.Skip("the soak runs with make soak (KINETIC_SOAK=1)")
@@ -91,10 +92,14 @@ func TestSoak(t *testing.T) {
 	pr, metricsURL := startSoakProxy(t, cl, sc)
 	kinetictest.AwaitReadOn(t, setup, pr.AppDSN(), cl.StandbyPorts())
 
+	clientDSN := pr.AppDSN()
+	if sc.stmtCache > 0 {
+		clientDSN += fmt.Sprintf("&statement_cache_capacity=%d", sc.stmtCache)
+	}
 	h := &harness{
 		t:           t,
 		cl:          cl,
-		dsn:         pr.AppDSN(),
+		dsn:         clientDSN,
 		primaryPort: cl.Primary.Port,
 		sessions:    sc.clients,
 		portName:    map[int]string{cl.Primary.Port: "primary"},
@@ -212,6 +217,11 @@ type soakConfig struct {
 	seed                    uint64
 	report                  string
 	noFile                  uint64 // RLIMIT_NOFILE after raiseNoFile
+	// stmtCache is the clients' pgx statement_cache_capacity (0: pgx's
+	// default, 512 per connection). Every token-hinted read is a text of
+	// its own, so each client prepares statements up to that many, and
+	// kineticd keeps them for it (transaction pooling).
+	stmtCache int
 }
 
 func soakSettings(t *testing.T) soakConfig {
@@ -224,6 +234,7 @@ func soakSettings(t *testing.T) soakConfig {
 		poolSize:      envInt(t, "SOAK_POOL_SIZE", 40),
 		seed:          uint64(time.Now().UnixNano()),
 		report:        os.Getenv("SOAK_REPORT"),
+		stmtCache:     envInt(t, "SOAK_STMT_CACHE", 0),
 	}
 	if s := os.Getenv("SOAK_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -944,8 +955,12 @@ func buildSoakReport(sc soakConfig, h *harness, workers []*worker, fl *faultLoop
 	fmt.Fprintf(&b, "# Soak report\n\n")
 	fmt.Fprintf(&b, "Started %s, commit %s. kineticd (its own process) in transaction pooling, read_routing_mode prefer_replica, fallback_policy primary, pool %d per server, in front of a primary and 2 streaming standbys (PostgreSQL 15, test/pgtest). ",
 		h.start.UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(rev)), sc.poolSize)
-	fmt.Fprintf(&b, "%d clients (the consistency checker's sessions, think time %v–%v), the fault loop throughout, %d hostile clients a second. Seed %d. Load ran %v (the last clients' statements ended %v after the %v deadline).\n\n",
-		sc.clients, h.thinkMin, h.thinkMax, sc.hostilePerSec, sc.seed, elapsed.Round(time.Second), max(elapsed-sc.duration, 0).Round(100*time.Millisecond), sc.duration)
+	cache := "pgx's default statement cache (512 statements per connection)"
+	if sc.stmtCache > 0 {
+		cache = fmt.Sprintf("a pgx statement cache of %d statements per connection", sc.stmtCache)
+	}
+	fmt.Fprintf(&b, "%d clients (the consistency checker's sessions, think time %v–%v, %s), the fault loop throughout, %d hostile clients a second. Seed %d. Load ran %v (the last clients' statements ended %v after the %v deadline).\n\n",
+		sc.clients, h.thinkMin, h.thinkMax, cache, sc.hostilePerSec, sc.seed, elapsed.Round(time.Second), max(elapsed-sc.duration, 0).Round(100*time.Millisecond), sc.duration)
 
 	names := []string{}
 	for _, s := range sp.servers {
