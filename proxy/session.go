@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"crypto/x509"
+	"hash/maphash"
 	"net"
 	"strconv"
 	"sync"
@@ -34,10 +35,17 @@ type clientStatements struct {
 	// srvPortals are the named portals the client Bound on servers in
 	// its current transaction (a local Bind into one fails with 42P03).
 	srvPortals map[string]uint64 // -> the unit (unitSeq) that made it
-	// parses counts the client's Parses of each statement name
-	// (parseTag), up to maxParsedNames names.
-	parses map[string]uint32
+	// parses counts the client's Parses of each statement name, by a hash
+	// of the name (parseTag), up to maxParsedNames names: a driver that
+	// names statements by their text's hash leaves one per text it ever
+	// prepared.
+	parses map[uint64]uint32
 }
+
+// parseSeed hashes statement names for clientStatements.parses. Two names
+// with one hash (about 1 in 2^52 for 4096 names) only give a first Parse a
+// tag of its own: its server copies are not shared, nothing else changes.
+var parseSeed = maphash.MakeSeed()
 
 // maxParsedNames bounds clientStatements.parses; past it the count starts
 // over (a statement Parsed again then shares its first copy's record).
@@ -47,10 +55,11 @@ const maxParsedNames = 4096
 // name in session: "" the first time, a tag of its own after that.
 func (c *clientStatements) parseTag(session uint64, name string) string {
 	if c.parses == nil || len(c.parses) >= maxParsedNames {
-		c.parses = map[string]uint32{}
+		c.parses = map[uint64]uint32{}
 	}
-	n := c.parses[name]
-	c.parses[name] = n + 1
+	h := maphash.String(parseSeed, name)
+	n := c.parses[h]
+	c.parses[h] = n + 1
 	if n == 0 {
 		return ""
 	}

@@ -1125,6 +1125,9 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			delete(ss.client.stmts, name)
 			delete(ss.client.sqlPrepared, name) // one namespace: Close closes a PREPAREd one too
 			l.st.drop(name)
+			if op.had {
+				ss.forgetUnusedBody(op.prev.parse)
+			}
 		}
 	case 'D':
 		// A Describe of a statement: its ParameterDescription tells the
@@ -1290,6 +1293,30 @@ func (ss *session) noteShapeLocked(l *link, typ byte, body []byte) {
 		ss.shapes[l.shapeNext] = shapeOf(typ, body)
 	}
 	l.shapeNext = ""
+}
+
+// forgetUnusedBody drops what the session recorded by Parse body
+// (inferred parameter types, the result shape) for parse once no
+// statement of the client has that body any more: a client that prepares
+// a statement per text and closes the old ones (a driver's LRU statement
+// cache over texts with literals or hints) would otherwise leave up to
+// maxInferred of each per session, long after the statements are gone. A
+// Close undone (its unit failed) gets the statement back without them:
+// its next stand-in leaves the types to the server and its result is not
+// compared, as for a statement never described.
+func (ss *session) forgetUnusedBody(parse []byte) {
+	if parse == nil || string(ss.client.unnamed.parse) == string(parse) {
+		return
+	}
+	for _, st := range ss.client.stmts {
+		if string(st.parse) == string(parse) {
+			return
+		}
+	}
+	ss.mu.Lock()
+	delete(ss.inferred, string(parse))
+	delete(ss.shapes, string(parse))
+	ss.mu.Unlock()
 }
 
 // forgetShape drops the shape recorded for a Parse body the client sends
