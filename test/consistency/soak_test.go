@@ -403,9 +403,12 @@ func explainErr(e errEvent, faults []faultRecord, primary string) string {
 type soakSample struct {
 	at     time.Duration
 	rssKiB int64
-	// liveMiB is kineticd's live heap at its last GC: half the Go
-	// runtime's next GC goal (go_memstats_next_gc_bytes, GOGC=100). RSS
-	// also holds what the runtime has not returned to the system yet.
+	// liveMiB is kineticd's live heap: the heap allocated just after the
+	// heap profile's forced GC (go_memstats_heap_alloc_bytes). Without a
+	// profile, half the runtime's next GC goal (go_memstats_next_gc_bytes,
+	// GOGC=100), which overstates it: since Go 1.18 the goal also counts
+	// goroutine stacks (about 1,100 here). RSS also holds what the
+	// runtime has not returned to the system yet.
 	liveMiB    float64
 	fds        int   // /proc/PID/fd entries
 	goroutines int   // go_goroutines
@@ -476,19 +479,27 @@ func (sp *sampler) take(at time.Duration) {
 		s.fds = -1
 		notes = append(notes, "fds: "+err.Error())
 	}
-	m, err := scrape(sp.metricsURL)
-	if err != nil {
-		notes = append(notes, "metrics: "+err.Error())
-	}
+	// The heap profile first: its forced GC makes the heap figures
+	// scraped just after it the live heap.
+	profiled := false
 	if sp.profDir != "" {
 		if path, err := sp.heapProfile(at); err == nil {
 			sp.profiles = append(sp.profiles, soakProfile{at, path})
+			profiled = true
 		} else {
 			notes = append(notes, "heap profile: "+err.Error())
 		}
 	}
+	m, err := scrape(sp.metricsURL)
+	if err != nil {
+		notes = append(notes, "metrics: "+err.Error())
+	}
 	s.goroutines = int(m.value("go_goroutines", -1))
-	s.liveMiB = m.value("go_memstats_next_gc_bytes", -1) / 2 / (1 << 20)
+	if profiled {
+		s.liveMiB = m.value("go_memstats_heap_alloc_bytes", -1) / (1 << 20)
+	} else {
+		s.liveMiB = m.value("go_memstats_next_gc_bytes", -1) / 2 / (1 << 20)
+	}
 	s.clients = int(m.value("kinetic_client_connections", -1))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
