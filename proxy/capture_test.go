@@ -132,6 +132,12 @@ func TestUnsureWrite(t *testing.T) {
 	at := func(tli uint32, lsn uint64) freshness.Token {
 		return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}
 	}
+	// counted sets the position queries in flight and the requests made.
+	counted := func(ss *session, captures int, requests uint64) {
+		ss.mu.Lock()
+		ss.fresh.captures, ss.fresh.requests = captures, requests
+		ss.mu.Unlock()
+	}
 
 	t.Run("its link fails before the position is read", func(t *testing.T) {
 		ss, l := newSession()
@@ -146,9 +152,7 @@ func TestUnsureWrite(t *testing.T) {
 
 	t.Run("its position query fails; a later primary's answer does not cover it", func(t *testing.T) {
 		ss, _ := newSession()
-		ss.mu.Lock()
-		ss.fresh.captures, ss.fresh.requests = 2, 7
-		ss.mu.Unlock()
+		counted(ss, 2, 7)
 		ss.applyPosition(captureWrite, freshness.Token{}, false, "", false, 1, 7)
 		u, _ := state(ss)
 		if u.timeline != 1 || u.seq != 7 || !ss.owesCapture() {
@@ -163,8 +167,8 @@ func TestUnsureWrite(t *testing.T) {
 
 	t.Run("a position on its timeline asked before it does not cover it; one asked after does", func(t *testing.T) {
 		ss, _ := newSession()
+		counted(ss, 3, 5)
 		ss.mu.Lock()
-		ss.fresh.captures, ss.fresh.requests = 3, 5
 		ss.markUnsureLocked(1)
 		ss.mu.Unlock()
 		ss.applyPosition(captureRead, at(1, 300), true, "", false, 0, 4)
@@ -179,9 +183,7 @@ func TestUnsureWrite(t *testing.T) {
 
 	t.Run("a write's position answered by a later primary makes it unsure", func(t *testing.T) {
 		ss, _ := newSession()
-		ss.mu.Lock()
-		ss.fresh.captures = 1
-		ss.mu.Unlock()
+		counted(ss, 1, 0)
 		ss.applyPosition(captureWrite, at(2, 900), true, "", false, 1, 1)
 		if u, tok := state(ss); u.timeline != 1 || tok != at(1, 100) {
 			t.Fatalf("unsure %+v, token %v; want unsure on 1 and the token kept at 1:0/64", u, tok)
@@ -190,9 +192,7 @@ func TestUnsureWrite(t *testing.T) {
 
 	t.Run("a later timeline's position keeps the token it replaces to be judged", func(t *testing.T) {
 		ss, _ := newSession()
-		ss.mu.Lock()
-		ss.fresh.captures = 2
-		ss.mu.Unlock()
+		counted(ss, 2, 0)
 		ss.applyPosition(captureWrite, at(2, 900), true, "", false, 2, 1)
 		ss.applyPosition(captureWrite, at(2, 950), true, "", false, 2, 2)
 		ss.mu.Lock()

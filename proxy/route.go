@@ -341,9 +341,7 @@ func planUnit(f unitFacts) unitPlan {
 		// at its next unit that is not stale-ok, a write included: the
 		// session writing again must not hide the loss (docs/behaviour.md).
 		if token, _, lost, sp := freshness.Carry(f.token, f.primaryTimeline, f.primaryHistory); lost {
-			p.fail = withDetail(errorf(codeLostWrite, "pg-kinetic: this session's last write was lost in a failover"),
-				fmt.Sprintf("token %s lies beyond %s, where timeline %d ended; the primary is on timeline %d",
-					f.token, sp, f.token.Timeline, f.primaryTimeline))
+			p.fail = lostWriteError(f.token, sp, f.primaryTimeline)
 			p.rejected, p.lost, p.unit = reasonTimelineChanged, &token, u
 			return p
 		}
@@ -353,9 +351,7 @@ func planUnit(f unitFacts) unitPlan {
 			if _, known, lost, sp := freshness.Carry(pr, f.primaryTimeline, f.primaryHistory); known {
 				p.priorJudged = true
 				if lost {
-					p.fail = withDetail(errorf(codeLostWrite, "pg-kinetic: this session's last write was lost in a failover"),
-						fmt.Sprintf("token %s lies beyond %s, where timeline %d ended; the primary is on timeline %d",
-							pr, sp, pr.Timeline, f.primaryTimeline))
+					p.fail = lostWriteError(pr, sp, f.primaryTimeline)
 					p.rejected, p.unsureTold, p.unit = reasonTimelineChanged, true, u
 					return p
 				}
@@ -412,6 +408,14 @@ func planUnit(f unitFacts) unitPlan {
 	}
 	p.unit = u
 	return p
+}
+
+// lostWriteError is the KN002 for token tok beyond sp, where its timeline
+// ended, the primary now being on timeline primary (SPEC §7).
+func lostWriteError(tok freshness.Token, sp freshness.LSN, primary uint32) *pgproto3.ErrorResponse {
+	return withDetail(errorf(codeLostWrite, "pg-kinetic: this session's last write was lost in a failover"),
+		fmt.Sprintf("token %s lies beyond %s, where timeline %d ended; the primary is on timeline %d",
+			tok, sp, tok.Timeline, primary))
 }
 
 // What routing does about a decision that fell back from the replicas
