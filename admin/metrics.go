@@ -34,6 +34,7 @@ const (
 	MetricQueryDuration     = "kinetic_query_duration_seconds"
 	MetricReadRetries       = "kinetic_read_retries_total"
 	MetricLostWrites        = "kinetic_lost_writes_total"
+	MetricStmtEvictions     = "kinetic_prepared_statement_evictions_total"
 )
 
 // DefaultQueryClass is the query_class label of a read that declared no
@@ -63,6 +64,7 @@ type Metrics struct {
 	rejected      *prometheus.CounterVec
 	retries       *prometheus.CounterVec
 	lostWrites    *prometheus.CounterVec
+	stmtEvictions *prometheus.CounterVec
 	readWait      prometheus.Histogram
 	queryDuration *prometheus.HistogramVec
 	allStale      *prometheus.GaugeVec
@@ -111,6 +113,10 @@ func NewMetrics() *Metrics {
 			Name: MetricLostWrites,
 			Help: "Sessions told KN002: their last write's token lay beyond the switch point of its timeline, so a failover lost it (SPEC §7).",
 		}, []string{"route"}),
+		stmtEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricStmtEvictions,
+			Help: "Named statements closed on a server connection to keep it within max_prepared_statements (transaction pooling); a client that uses one again gets it prepared again.",
+		}, []string{"route"}),
 		readWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    MetricReadWait,
 			Help:    "Time reads waited for a replica to catch up (fallback_policy wait, read-your-writes).",
@@ -134,7 +140,7 @@ func NewMetrics() *Metrics {
 		m.durationCache.get(target, func() prometheus.Observer { return m.queryDuration.WithLabelValues(target) })
 	}
 	m.reg.MustRegister(
-		m.decisions, m.fallbacks, m.rejected, m.retries, m.lostWrites, m.readWait, m.queryDuration, m.allStale,
+		m.decisions, m.fallbacks, m.rejected, m.retries, m.lostWrites, m.stmtEvictions, m.readWait, m.queryDuration, m.allStale,
 		m.clients, m.servers,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -298,11 +304,18 @@ func (m *Metrics) DeclareRoute(rs RouteSeries) {
 	}
 	m.allStale.WithLabelValues(r) // created at 0 when absent, unchanged otherwise
 	m.lostWrites.WithLabelValues(r)
+	m.stmtEvictions.WithLabelValues(r)
 }
 
 // LostWrite counts a session of route told that a failover lost its last
 // write (KN002).
 func (m *Metrics) LostWrite(route string) { m.lostWrites.WithLabelValues(route).Inc() }
+
+// StatementsEvicted counts n named statements closed on a server
+// connection of route for max_prepared_statements.
+func (m *Metrics) StatementsEvicted(route string, n int) {
+	m.stmtEvictions.WithLabelValues(route).Add(float64(n))
+}
 
 // ForgetRoute drops the per-route gauges of a route that a reload removed.
 // Counters are kept: a counter that vanishes looks like a reset.

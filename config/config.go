@@ -97,6 +97,13 @@ type Server struct {
 	ClientIdleTimeoutMS      int `toml:"client_idle_timeout_ms"`
 	ServerLifetimeMS         int `toml:"server_lifetime_ms"`
 	ServerIdleTimeoutMS      int `toml:"server_idle_timeout_ms"`
+
+	// MaxPreparedStatements bounds the protocol-level named statements
+	// kept prepared on one server connection in transaction pooling
+	// (PgBouncer's max_prepared_statements): past it the least recently
+	// used are closed on that server and prepared again when next used.
+	// 0: no bound.
+	MaxPreparedStatements int `toml:"max_prepared_statements"`
 }
 
 // Admin is the [admin] table.

@@ -73,9 +73,10 @@ func TestDefaultsMatchSpec(t *testing.T) {
 			TLSMode:           "disable",
 			BackendTLSMode:    "disable",
 
-			ClientLoginTimeoutMS: 15000,
-			ServerLifetimeMS:     3600000,
-			ServerIdleTimeoutMS:  600000,
+			ClientLoginTimeoutMS:  15000,
+			ServerLifetimeMS:      3600000,
+			ServerIdleTimeoutMS:   600000,
+			MaxPreparedStatements: 200,
 		},
 		Admin:   Admin{Users: []string{"kinetic_admin"}},
 		Metrics: Metrics{Listen: "127.0.0.1:9930"},

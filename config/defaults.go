@@ -61,6 +61,8 @@ const (
 	DefaultClientIdleTimeoutMS      = 0
 	DefaultServerLifetimeMS         = 3600000
 	DefaultServerIdleTimeoutMS      = 600000
+	// DefaultMaxPreparedStatements is PgBouncer's default (1.22 on).
+	DefaultMaxPreparedStatements = 200
 )
 
 // Log levels and formats accepted by [log].
@@ -108,6 +110,7 @@ func Defaults() Config {
 			ClientIdleTimeoutMS:      DefaultClientIdleTimeoutMS,
 			ServerLifetimeMS:         DefaultServerLifetimeMS,
 			ServerIdleTimeoutMS:      DefaultServerIdleTimeoutMS,
+			MaxPreparedStatements:    DefaultMaxPreparedStatements,
 		},
 		Admin:   Admin{Users: []string{DefaultAdminUser}, RequireTLS: DefaultAdminRequireTLS},
 		Metrics: Metrics{Listen: DefaultMetricsListen},

@@ -183,6 +183,7 @@ func (v *validator) server() {
 		{"client_login_timeout_ms", s.ClientLoginTimeoutMS}, {"query_timeout_ms", s.QueryTimeoutMS},
 		{"idle_transaction_timeout_ms", s.IdleTransactionTimeoutMS}, {"client_idle_timeout_ms", s.ClientIdleTimeoutMS},
 		{"server_lifetime_ms", s.ServerLifetimeMS}, {"server_idle_timeout_ms", s.ServerIdleTimeoutMS},
+		{"max_prepared_statements", s.MaxPreparedStatements},
 	} {
 		v.intRange(p.key(t.key), int64(t.val), 0, maxInt)
 	}

@@ -1079,6 +1079,10 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 			}
 		}
 		ss.takeUndo(l) // (the snapshot below is of the settled record)
+		if err := ss.makeRoom(l, b, decisions); err != nil {
+			ss.unclaim(l)
+			return nil, errServerGone
+		}
 		sqlOp, hasSQLOp := ss.sqlStatementOp(l, b, decisions)
 		if err := ss.prepareLink(l, decisions); err != nil {
 			ss.unclaim(l)

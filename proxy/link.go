@@ -132,6 +132,11 @@ type serverState struct {
 	// discardOwner/discardGen: the session and DISCARD ALL generation
 	// whose DEALLOCATE ALL this server has seen (see prepareLink).
 	discardOwner, discardGen uint64
+	// used is when a batch last used each statement of prepared, by
+	// clock (makeRoom evicts the least recently used). A name missing
+	// here counts as never used; names no longer prepared are pruned.
+	used  map[string]uint64
+	clock uint64
 }
 
 func stateOf(c *pool.Conn) *serverState {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -351,6 +352,121 @@ func standInFor(name string, info classify.Prepared, oids []uint32, use byte) (_
 		mark += " describable"
 	}
 	return &pgproto3.Parse{Name: name, ParameterOIDs: all}, mark, true
+}
+
+// makeRoom keeps l's server within max_prepared_statements named
+// statements in transaction pooling, where a server connection collects
+// the statements of every client it serves (PgBouncer's
+// max_prepared_statements). Before the unit b (ds, its statements) is
+// prepared for on l, it closes the least recently used statements the
+// unit does not name, as many as the unit may add past the bound; a
+// client that uses one again gets it prepared again (ensureStatement), as
+// on any other server connection. It evicts only at the start of a
+// client's batch outside a transaction block, never a name with an
+// answer or an undo still to come on l, and not while a DEALLOCATE ALL or
+// DISCARD ALL that may fail is in flight there (its undo would put back
+// what was closed); the bound may be passed until then. Every statement
+// the unit names, in its messages or its SQL, is marked used.
+func (ss *session) makeRoom(l *link, b *batch, ds []*classified) error {
+	limit := ss.cfg.Server.MaxPreparedStatements
+	if !ss.txPool || limit <= 0 {
+		return nil
+	}
+	var names [8]string
+	used := names[:0] // few per unit: a slice beats a map
+	add := func(n string) {
+		if n != "" && !slices.Contains(used, n) {
+			used = append(used, n)
+		}
+	}
+	for _, m := range b.msgs {
+		body := b.body(m)
+		switch m.typ {
+		case 'P':
+			n, _, _ := parseNames(body)
+			add(n)
+		case 'C':
+			if kind, n, err := describeTarget(body); err == nil && kind == 'S' {
+				add(n)
+			}
+		default:
+			n, _ := stmtRef(m.typ, body)
+			add(n)
+		}
+	}
+	for _, d := range ds {
+		for _, st := range d.Statements {
+			add(st.PrepareName) // PREPARE, EXECUTE, DEALLOCATE
+		}
+	}
+	if l.st.used == nil {
+		l.st.used = map[string]uint64{}
+	}
+	adds := 0
+	for _, n := range used {
+		l.st.clock++
+		l.st.used[n] = l.st.clock
+		if !l.st.holds(n) {
+			adds++
+		}
+	}
+	if len(l.st.used) > 2*len(l.st.prepared)+64 {
+		for n := range l.st.used {
+			if _, ok := l.st.prepared[n]; !ok {
+				delete(l.st.used, n)
+			}
+		}
+	}
+	over := len(l.st.prepared) + adds - limit
+	if over <= 0 || ss.txStatus() != 'I' {
+		// In a transaction block the statements it found stay to its end:
+		// one missing inside a failed transaction could not be prepared
+		// again in time to answer as the client's own server would
+		// (docs/behaviour.md, "prepared on another connection").
+		return nil
+	}
+	ss.mu.Lock()
+	// Inside a client's batch under way, the answer to a Close of the
+	// proxy's could not be told from the answers still due to the
+	// client's messages before it (a Close of its own).
+	busy := ss.unsynced
+	// Names with an answer or an undo still to come stay: the record of
+	// them is settled when it arrives.
+	for _, ops := range [][]stmtOp{l.ops, l.undo} {
+		for _, op := range ops {
+			busy = busy || op.kind == 'X'
+			used = append(used, op.name)
+		}
+	}
+	for _, e := range l.swallow {
+		if e.undo != nil {
+			busy = busy || e.undo.kind == 'X'
+			used = append(used, e.undo.name)
+		}
+	}
+	ss.mu.Unlock()
+	if busy {
+		return nil
+	}
+	victims := make([]string, 0, len(l.st.prepared))
+	for n := range l.st.prepared {
+		if !slices.Contains(used, n) {
+			victims = append(victims, n)
+		}
+	}
+	slices.SortFunc(victims, func(a, b string) int { return cmp.Compare(l.st.used[a], l.st.used[b]) })
+	victims = victims[:min(over, len(victims))]
+	for _, n := range victims {
+		if err := ss.injectUndo(l, &pgproto3.Close{ObjectType: 'S', Name: n}, '3', l.record(n)); err != nil {
+			return err
+		}
+		l.st.drop(n)
+		delete(l.st.used, n)
+	}
+	if len(victims) > 0 {
+		ss.srv.metrics.StatementsEvicted(ss.route.Name, len(victims))
+	}
+	return nil
 }
 
 // injectStatements prepares on l, ahead of every message of b, the
