@@ -42,6 +42,7 @@ type knobs struct {
 	minimize   bool          // KINETIC_DIFF_MINIMIZE
 	regression bool          // KINETIC_DIFF_REGRESSIONS=0 skips testdata/regressions.txt
 	widen      bool          // KINETIC_DIFF_WIDEN=1: proxy race windows widened, testdata/races.txt
+	maxPrep    int           // KINETIC_DIFF_MAX_PREPARED: max_prepared_statements (-1: the default)
 }
 
 const (
@@ -168,6 +169,7 @@ func loadKnobs(t *testing.T) knobs {
 		maxMis:     envInt(t, "KINETIC_DIFF_MAX_MISMATCHES", 1000),
 		show:       envInt(t, "KINETIC_DIFF_SHOW", 2),
 		list:       envInt(t, "KINETIC_DIFF_LIST", 20),
+		maxPrep:    envInt(t, "KINETIC_DIFF_MAX_PREPARED", -1),
 		minimize:   os.Getenv("KINETIC_DIFF_MINIMIZE") == "1",
 		regression: os.Getenv("KINETIC_DIFF_REGRESSIONS") != "0",
 		widen:      os.Getenv("KINETIC_DIFF_WIDEN") == "1",
@@ -350,6 +352,9 @@ func TestDifferential(t *testing.T) {
 				FallbackPolicy:  "primary",
 				Extra: fmt.Sprintf("\n[[users]]\nname = %q\npassword = %q\nbackend_user = %q\nbackend_password = %q\n",
 					diffUser, md5Secret(diffUser, diffPassword), pgtest.MD5User, pgtest.MD5Password),
+			}
+			if k.maxPrep >= 0 {
+				p.ServerExtra = fmt.Sprintf("max_prepared_statements = %d", k.maxPrep)
 			}
 			if m.Routing {
 				p.ReadRoutingMode = "prefer_replica"
