@@ -96,4 +96,3 @@ func counterSum(t *testing.T, px *kinetictest.Proxy, name string) float64 {
 	}
 	return sum
 }
-
