@@ -82,22 +82,5 @@ func TestChaosFrozenReplicaReadRunsElsewhere(t *testing.T) {
 // readRetries sums kinetic_read_retries_total for cause.
 func readRetries(t *testing.T, px *kinetictest.Proxy, cause string) float64 {
 	t.Helper()
-	mfs, err := px.Server.Metrics().Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != admin.MetricReadRetries {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "cause" && lp.GetValue() == cause {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
+	return counterSum(t, px, admin.MetricReadRetries, "cause", cause)
 }

@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/pg-kinetic/pg-kinetic/admin"
 
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
@@ -70,7 +74,7 @@ func TestMaxPreparedStatements(t *testing.T) {
 			if n < tc.min || n > tc.max {
 				t.Fatalf("max_prepared_statements = %d: the server holds %d statements, want %d..%d", tc.limit, n, tc.min, tc.max)
 			}
-			evicted := counterSum(t, px, "kinetic_prepared_statement_evictions_total")
+			evicted := counterSum(t, px, admin.MetricStmtEvictions, "", "")
 			if (tc.limit > 0) != (evicted > 0) {
 				t.Fatalf("max_prepared_statements = %d: %v evictions counted", tc.limit, evicted)
 			}
@@ -79,8 +83,9 @@ func TestMaxPreparedStatements(t *testing.T) {
 	}
 }
 
-// counterSum adds up every series of a counter of the proxy's registry.
-func counterSum(t *testing.T, px *kinetictest.Proxy, name string) float64 {
+// counterSum adds up the series of a counter of the proxy's registry
+// that have label = value (every series when label is "").
+func counterSum(t *testing.T, px *kinetictest.Proxy, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := px.Server.Metrics().Registry().Gather()
 	if err != nil {
@@ -88,8 +93,13 @@ func counterSum(t *testing.T, px *kinetictest.Proxy, name string) float64 {
 	}
 	sum := 0.0
 	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label == "" || slices.ContainsFunc(m.GetLabel(), func(lp *dto.LabelPair) bool {
+				return lp.GetName() == label && lp.GetValue() == value
+			}) {
 				sum += m.GetCounter().GetValue()
 			}
 		}
