@@ -18,7 +18,8 @@
 //	failover.go      the elected primary (health.Elect) a unit's writes go to; sessions moved off a demoted one
 //	record.go        what a unit's route is recorded and counted as (last_route, SHOW ROUTES, metrics)
 //	link.go          a server connection attached to a session and its reader (server->client relay)
-//	statements.go    the client's prepared statements, made to exist on whichever server runs a unit
+//	statements.go    the client's prepared statements, made to exist on whichever server runs a unit;
+//	                 max_prepared_statements per server connection (makeRoom)
 //	settings.go      startup and SET parameters, replayed where a unit runs
 //	local.go         statements the proxy answers itself (SHOW/SET pg_kinetic.*, consistency rejections)
 //	localext.go      the same in the extended protocol; barriers
