@@ -21,12 +21,12 @@ func TestClosedStatementsForgetTheirBodies(t *testing.T) {
 	ss := &session{tx: 'I', log: zap.NewNop()}
 	ss.cond = sync.NewCond(&ss.mu)
 	l := newLink(&pool.Conn{Addr: "primary:5432", W: bufio.NewWriter(io.Discard)}, nil, false, true)
-	body := func(name, query string) []byte {
+	body := func(name, query string) string {
 		b, err := (&pgproto3.Parse{Name: name, Query: query}).Encode(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return b[5:]
+		return string(b[5:])
 	}
 	one, two := body("", "select 1"), body("", "select 2")
 	ss.client.stmts = map[string]stmtInfo{
@@ -35,8 +35,8 @@ func TestClosedStatementsForgetTheirBodies(t *testing.T) {
 		"c": {query: "select 2", parse: two},
 	}
 	ss.client.unnamed = stmtInfo{query: "select 3", parse: body("", "select 3")}
-	ss.inferred = map[string][]uint32{string(one): {23}, string(two): {25}, string(ss.client.unnamed.parse): {20}}
-	ss.shapes = map[string]string{string(one): "s1", string(two): "s2", string(ss.client.unnamed.parse): "s3"}
+	ss.inferred = map[string][]uint32{one: {23}, two: {25}, ss.client.unnamed.parse: {20}}
+	ss.shapes = map[string]string{one: "s1", two: "s2", ss.client.unnamed.parse: "s3"}
 	closeStmt := func(name string) {
 		t.Helper()
 		b, err := (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(nil)
@@ -47,11 +47,11 @@ func TestClosedStatementsForgetTheirBodies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	held := func(parse []byte) (bool, bool) {
+	held := func(parse string) (bool, bool) {
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
-		_, inf := ss.inferred[string(parse)]
-		_, sh := ss.shapes[string(parse)]
+		_, inf := ss.inferred[parse]
+		_, sh := ss.shapes[parse]
 		return inf, sh
 	}
 

@@ -555,7 +555,7 @@ func (ss *session) replicaTxEndSplit(b *batch) int {
 			return q, true
 		}
 		if name == "" {
-			return ss.client.unnamed.query, ss.client.unnamed.parse != nil
+			return ss.client.unnamed.query, ss.client.unnamed.parse != ""
 		}
 		st, ok := ss.client.stmts[name]
 		return st.query, ok
@@ -887,37 +887,25 @@ func (ss *session) buffer(l *link, b *batch) error {
 // if none.
 func (ss *session) txControlIndex(b *batch) int {
 	for i, m := range b.msgs {
-		var q []byte
 		switch m.typ {
 		case 'P':
 			body := b.body(m)
 			n := bytes.IndexByte(body, 0)
-			if n < 0 {
-				continue
+			if n >= 0 && isTxControl(body[n+1:]) {
+				return i
 			}
-			q = body[n+1:]
 		case 'B':
 			name, err := bindStatement(b.body(m))
 			if err != nil {
 				continue
 			}
-			// Its statement's Parse body, where the text follows the name.
-			var parse []byte
-			if name == "" {
-				parse = ss.client.unnamed.parse
-			} else {
-				parse = ss.client.stmts[name].parse
+			st := ss.client.unnamed
+			if name != "" {
+				st = ss.client.stmts[name]
 			}
-			n := bytes.IndexByte(parse, 0)
-			if n < 0 {
-				continue
+			if isTxControl(st.query) {
+				return i
 			}
-			q = parse[n+1:]
-		default:
-			continue
-		}
-		if isTxControl(q) {
-			return i
 		}
 	}
 	return -1
@@ -925,22 +913,39 @@ func (ss *session) txControlIndex(b *batch) int {
 
 // isTxControl reports whether a statement text starts a transaction or
 // sets its characteristics (BEGIN, START, SET TRANSACTION, SET SESSION).
-func isTxControl(q []byte) bool {
-	q = bytes.TrimLeft(q, " \t\r\n\f\v(")
+func isTxControl[T string | []byte](q T) bool {
+	q = q[leading(q, " \t\r\n\f\v("):]
 	if hasPrefixFold(q, "begin") || hasPrefixFold(q, "start") {
 		return true
 	}
 	if hasPrefixFold(q, "set") && len(q) > 3 {
-		rest := bytes.TrimLeft(q[3:], " \t\r\n\f\v")
+		rest := q[3+leading(q[3:], " \t\r\n\f\v"):]
 		return len(rest) < len(q)-3 && (hasPrefixFold(rest, "transaction") || hasPrefixFold(rest, "session"))
 	}
 	return false
 }
 
+// leading is the length of q's prefix of bytes in set.
+func leading[T string | []byte](q T, set string) int {
+	i := 0
+	for i < len(q) && strings.IndexByte(set, q[i]) >= 0 {
+		i++
+	}
+	return i
+}
+
 // hasPrefixFold reports whether q starts with the lower-case ASCII word w
-// in any case.
-func hasPrefixFold(q []byte, w string) bool {
-	return len(q) >= len(w) && bytes.EqualFold(q[:len(w)], []byte(w))
+// (letters only) in any case.
+func hasPrefixFold[T string | []byte](q T, w string) bool {
+	if len(q) < len(w) {
+		return false
+	}
+	for i := 0; i < len(w); i++ {
+		if q[i]|0x20 != w[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // settleReferences waits, before b is classified, for the server's
@@ -1666,7 +1671,7 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 				_ = q // classified with its Parse
 				continue
 			}
-			if name == "" && ss.client.unnamed.parse != nil {
+			if name == "" && ss.client.unnamed.parse != "" {
 				use(ss.client.unnamed.query)
 			} else if st, ok := ss.client.stmts[name]; ok {
 				use(st.query)

@@ -19,8 +19,10 @@ import (
 // body (name, query, parameter types) so it can be prepared again, verbatim,
 // on another server.
 type stmtInfo struct {
+	// query is the text, a substring of parse (one copy of the text per
+	// statement: a client may hold hundreds).
 	query string
-	parse []byte // Parse message body
+	parse string // Parse message body, "" for none
 	// stale: the statement's result shape changed under it (shapeChanged):
 	// its Binds fail with 0A000, as on the server it was prepared on,
 	// until the client Parses it again.
@@ -35,7 +37,12 @@ type stmtInfo struct {
 
 // key is how a server's record (serverState.prepared) names this
 // statement: its Parse body and tag.
-func (s stmtInfo) key() string { return string(s.parse) + s.tag }
+func (s stmtInfo) key() string {
+	if s.tag == "" {
+		return s.parse
+	}
+	return s.parse + s.tag
+}
 
 // sqlPrep is a statement the client prepared with SQL PREPARE.
 type sqlPrep struct {
@@ -61,6 +68,12 @@ func cstring(b []byte) (string, []byte, error) {
 	return string(b[:i]), b[i+1:], nil
 }
 
+// queryOf is the query of a well-formed Parse body, sharing its memory.
+func queryOf(parse string) string {
+	q := parse[strings.IndexByte(parse, 0)+1:]
+	return q[:strings.IndexByte(q, 0)]
+}
+
 // parseNames reads a Parse body's statement name and query.
 func parseNames(body []byte) (name, query string, err error) {
 	name, rest, err := cstring(body)
@@ -69,6 +82,16 @@ func parseNames(body []byte) (name, query string, err error) {
 	}
 	query, _, err = cstring(rest)
 	return name, query, err
+}
+
+// parseName reads a Parse body's statement name, checking that its query
+// is terminated too, without copying the query.
+func parseName(body []byte) (string, error) {
+	name, rest, err := cstring(body)
+	if err == nil && bytes.IndexByte(rest, 0) < 0 {
+		err = errors.New("missing string terminator")
+	}
+	return name, err
 }
 
 // bindStatement reads the statement name of a Bind body.
@@ -154,7 +177,7 @@ func (ss *session) ensureStatementCheck(l *link, name string, use byte, check bo
 	var want stmtInfo
 	if name == "" {
 		want = ss.client.unnamed
-		if want.parse == nil && l.st.unnamed != "" {
+		if want.parse == "" && l.st.unnamed != "" {
 			// The client has no unnamed statement any more (a simple
 			// Query the proxy answered, or a local Parse, replaced it),
 			// but the server still holds an old one: drop it, so the
@@ -165,7 +188,7 @@ func (ss *session) ensureStatementCheck(l *link, name string, use byte, check bo
 			l.st.unnamed = ""
 			return nil
 		}
-		if want.parse == nil || l.st.unnamed == string(want.parse) {
+		if want.parse == "" || l.st.unnamed == want.parse {
 			return nil
 		}
 	} else {
@@ -180,12 +203,12 @@ func (ss *session) ensureStatementCheck(l *link, name string, use byte, check bo
 		}
 	}
 	var p pgproto3.Parse
-	if err := p.Decode(want.parse); err != nil {
+	if err := p.Decode([]byte(want.parse)); err != nil {
 		return err
 	}
 	set := want.key()
 	standIn := false
-	if stand, mark, ok := ss.standIn(l, &p, string(want.parse), use); ok {
+	if stand, mark, ok := ss.standIn(l, &p, want.parse, use); ok {
 		if name == "" && l.st.unnamed == mark || name != "" && l.st.prepared[name] == mark {
 			return nil
 		}
@@ -217,7 +240,7 @@ func (ss *session) ensureStatementCheck(l *link, name string, use byte, check bo
 	}
 	l.st.prepared[name] = set
 	if !standIn && !want.stale && check && planned(want.query) {
-		changed, redo, err := ss.shapeChanged(l, name, string(want.parse))
+		changed, redo, err := ss.shapeChanged(l, name, want.parse)
 		if err != nil {
 			return err
 		}
@@ -383,7 +406,7 @@ func (ss *session) makeRoom(l *link, b *batch, ds []*classified) error {
 		body := b.body(m)
 		switch m.typ {
 		case 'P':
-			n, _, _ := parseNames(body)
+			n, _ := parseName(body)
 			add(n)
 		case 'C':
 			if kind, n, err := describeTarget(body); err == nil && kind == 'S' {
@@ -506,7 +529,7 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 			var n string
 			switch m.typ {
 			case 'P':
-				n, _, _ = parseNames(body)
+				n, _ = parseName(body)
 			case 'C':
 				if kind, cn, err := describeTarget(body); err == nil && kind == 'S' {
 					n = cn
@@ -540,7 +563,7 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 		var name string
 		switch m.typ {
 		case 'P':
-			n, _, err := parseNames(body)
+			n, err := parseName(body)
 			if err != nil {
 				continue
 			}
@@ -742,7 +765,7 @@ func (ss *session) needsStatements(l *link, b *batch) bool {
 		var name string
 		switch m.typ {
 		case 'P':
-			n, _, err := parseNames(body)
+			n, err := parseName(body)
 			if err != nil || n == "" {
 				continue
 			}
@@ -760,7 +783,7 @@ func (ss *session) needsStatements(l *link, b *batch) bool {
 			name = n
 		}
 		if name == "" {
-			if ss.client.unnamed.parse == nil && l.st.unnamed != "" || ss.client.unnamed.parse != nil && l.st.unnamed != string(ss.client.unnamed.parse) {
+			if ss.client.unnamed.parse != l.st.unnamed {
 				return true
 			}
 			continue
@@ -877,7 +900,7 @@ func (ss *session) sqlStatementOp(l *link, b *batch, ds []*classified) (stmtOp, 
 			if op.prevSQL != nil {
 				op.prevServerSQL = &op.prevSQL.text
 			} else {
-				op.prevServer = string(op.prev.parse)
+				op.prevServer = op.prev.parse
 			}
 		}
 		return op, true
@@ -1021,7 +1044,7 @@ func (ss *session) undoClient(ops []stmtOp) {
 		op := ops[i]
 		switch {
 		case op.kind == 'P' && op.name == "":
-			if string(ss.client.unnamed.parse) == op.set {
+			if ss.client.unnamed.parse == op.set {
 				ss.client.unnamed = op.prev // had or not: prev is the zero stmtInfo then
 				if op.prevLocal != nil {
 					ss.client.kstmts[""] = *op.prevLocal
@@ -1037,7 +1060,7 @@ func (ss *session) undoClient(ops []stmtOp) {
 			}
 		case op.kind == 'C' && op.had:
 			if op.name == "" {
-				if ss.client.unnamed.parse == nil {
+				if ss.client.unnamed.parse == "" {
 					ss.client.unnamed = op.prev
 				}
 			} else if _, ok := ss.client.stmts[op.name]; !ok {
@@ -1165,11 +1188,12 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 	}
 	switch typ {
 	case 'P':
-		name, query, err := parseNames(body)
-		if err != nil {
+		name, rest, err := cstring(body)
+		if err != nil || bytes.IndexByte(rest, 0) < 0 {
 			return nil // malformed: the server rejects it
 		}
-		info := stmtInfo{query: query, parse: append([]byte(nil), body...)}
+		parse := string(body)
+		info := stmtInfo{query: queryOf(parse), parse: parse}
 		if name != "" {
 			info.tag = ss.client.parseTag(ss.id, name)
 		}
@@ -1180,11 +1204,11 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 				op.prevLocal = &k
 			}
 			ss.forgetServerUnnamed('P', name)
-			op.prev, op.had = ss.client.unnamed, ss.client.unnamed.parse != nil
+			op.prev, op.had = ss.client.unnamed, ss.client.unnamed.parse != ""
 			op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
 			ss.noteStmtOp(l, op)
 			ss.client.unnamed = info
-			l.st.unnamed = string(info.parse)
+			l.st.unnamed = info.parse
 			return nil
 		}
 		_, known := ss.client.stmts[name]
@@ -1223,7 +1247,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		}
 		op := stmtOp{kind: 'C', name: name}
 		if name == "" {
-			op.prev, op.had = ss.client.unnamed, ss.client.unnamed.parse != nil
+			op.prev, op.had = ss.client.unnamed, ss.client.unnamed.parse != ""
 			op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
 			ss.noteStmtOp(l, op)
 			ss.client.unnamed = stmtInfo{}
@@ -1253,9 +1277,9 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			if name != "" {
 				info = ss.client.stmts[name]
 			}
-			if info.parse != nil {
+			if info.parse != "" {
 				ss.mu.Lock()
-				l.describes = append(l.describes, describeWait{batch: l.batches, parse: string(info.parse)})
+				l.describes = append(l.describes, describeWait{batch: l.batches, parse: info.parse})
 				ss.mu.Unlock()
 			}
 		}
@@ -1420,12 +1444,12 @@ func (ss *session) noteShapeLocked(l *link, typ byte, body []byte) {
 // Close undone (its unit failed) gets the statement back without them:
 // its next stand-in leaves the types to the server and its result is not
 // compared, as for a statement never described.
-func (ss *session) forgetUnusedBody(parse []byte) {
-	if parse == nil || string(ss.client.unnamed.parse) == string(parse) {
+func (ss *session) forgetUnusedBody(parse string) {
+	if parse == "" || ss.client.unnamed.parse == parse {
 		return
 	}
 	for _, st := range ss.client.stmts {
-		if string(st.parse) == string(parse) {
+		if st.parse == parse {
 			return
 		}
 	}
@@ -1437,9 +1461,9 @@ func (ss *session) forgetUnusedBody(parse []byte) {
 
 // forgetShape drops the shape recorded for a Parse body the client sends
 // again: the Describe that follows it tells the current one.
-func (ss *session) forgetShape(parse []byte) {
+func (ss *session) forgetShape(parse string) {
 	ss.mu.Lock()
-	delete(ss.shapes, string(parse))
+	delete(ss.shapes, parse)
 	ss.mu.Unlock()
 }
 
