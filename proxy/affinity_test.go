@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +20,7 @@ func TestSeenReadsBoundAndRestrict(t *testing.T) {
 	started := time.Unix(1764547200, 0)
 	newSession := func() *session {
 		ss := &session{tx: 'I', log: zap.NewNop()}
-		ss.cond = sync.NewCond(&ss.mu)
+		ss.initWaits()
 		return ss
 	}
 	standby := func(addr string, probed time.Time, replay uint64, start time.Time) health.Verdict {

@@ -80,7 +80,7 @@ func (ss *session) cancelRunning(timedOut time.Time) {
 	if !timedOut.IsZero() {
 		ss.mu.Lock()
 		l.cancelling.Store(false)
-		ss.cond.Broadcast() // awaitTimeoutCancel
+		ss.readers.Broadcast() // awaitTimeoutCancel
 		ss.mu.Unlock()
 	}
 }

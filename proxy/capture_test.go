@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"io"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 func TestCaptureAccounting(t *testing.T) {
 	newSession := func() *session {
 		ss := &session{tx: 'I', log: zap.NewNop()}
-		ss.cond = sync.NewCond(&ss.mu)
+		ss.initWaits()
 		return ss
 	}
 	newReplicaLink := func() *link {
@@ -119,7 +118,7 @@ func TestCaptureAccounting(t *testing.T) {
 func TestUnsureWrite(t *testing.T) {
 	newSession := func() (*session, *link) {
 		ss := &session{tx: 'I', log: zap.NewNop(), w: bufio.NewWriter(io.Discard), route: planRoute("session_write_lsn", 0)}
-		ss.cond = sync.NewCond(&ss.mu)
+		ss.initWaits()
 		ss.fresh.token = freshness.Token{Timeline: 1, LSN: 100}
 		l := newLink(&pool.Conn{Addr: "primary:5432", W: bufio.NewWriter(io.Discard)}, nil, false, true)
 		return ss, l

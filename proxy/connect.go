@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -87,7 +86,8 @@ func (ss *session) connect() error {
 	ss.mu.Lock()
 	ss.routeName = route.Name // (PAUSE reads it from the admin console's goroutine)
 	ss.replicas = map[string]*link{}
-	ss.cond = sync.NewCond(&ss.mu)
+	ss.initWaits()
+	ss.started = true
 	ss.mu.Unlock()
 	if r := ss.srv.routing.Load().route(route.Name); r != nil {
 		ss.classifier = r.classifier

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"io"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -19,7 +18,7 @@ import (
 // the soak, 1,000 such clients keeping up to maxInferred entries each.
 func TestClosedStatementsForgetTheirBodies(t *testing.T) {
 	ss := &session{tx: 'I', log: zap.NewNop()}
-	ss.cond = sync.NewCond(&ss.mu)
+	ss.initWaits()
 	l := newLink(&pool.Conn{Addr: "primary:5432", W: bufio.NewWriter(io.Discard)}, nil, false, true)
 	body := func(name, query string) string {
 		b, err := (&pgproto3.Parse{Name: name, Query: query}).Encode(nil)

@@ -779,7 +779,7 @@ func (ss *session) count(l *link, typ byte) {
 	}
 	ss.cur = l
 	if l.parked {
-		ss.cond.Broadcast() // its reader waits at an idle point: more is coming
+		ss.readers.Broadcast() // its reader waits at an idle point: more is coming
 	}
 }
 
@@ -1335,7 +1335,7 @@ func (ss *session) sendRetryable(l *link, b *batch, u unitInfo, open bool) (lost
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for !ss.answered && !l.dead && !ss.killed {
-		ss.cond.Wait()
+		ss.turn.Wait()
 	}
 	lost = l.dead && !ss.answered && !ss.killed
 	ss.awaiting = nil
@@ -1407,7 +1407,7 @@ func (ss *session) decideWhenReady(u unitInfo, tried map[string]bool, req freshn
 			// are known, and replayed here, when it ends.)
 			break
 		}
-		ss.cond.Wait() // results from another server are still arriving
+		ss.turn.Wait() // results from another server are still arriving
 	}
 	if ss.killed {
 		return d, false, true
@@ -2006,14 +2006,8 @@ func (ss *session) awaitReadyForQuery(l *link, want uint64) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	expired := false
-	t := time.AfterFunc(2*time.Second, func() {
-		ss.mu.Lock()
-		expired = true
-		ss.cond.Broadcast()
-		ss.mu.Unlock()
-	})
-	defer t.Stop()
+	defer ss.wakeAfter(2*time.Second, &expired).Stop()
 	for l.rfqs < want && !l.dead && !ss.killed && !expired {
-		ss.cond.Wait()
+		ss.turn.Wait()
 	}
 }

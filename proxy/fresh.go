@@ -141,7 +141,7 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr s
 			ss.markUnsureLocked(tl)
 		}
 	}
-	ss.cond.Broadcast()
+	ss.turn.Broadcast()
 	ss.mu.Unlock()
 	if status2 != nil {
 		ss.send(status2)
@@ -179,7 +179,7 @@ func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
 		// request now is after its ReadyForQuery.
 		if ss.tx != 'I' {
 			ss.fresh.captures--
-			ss.cond.Broadcast()
+			ss.turn.Broadcast()
 			return
 		}
 		ss.requestPositionLocked(kind, false, tl)
@@ -191,7 +191,7 @@ func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
 		if kind == captureWrite {
 			ss.markUnsureLocked(tl)
 		}
-		ss.cond.Broadcast()
+		ss.turn.Broadcast()
 		return
 	}
 	l.due = append(l.due, positionDue{batch: batch, kind: kind, timeline: tl})
@@ -256,7 +256,7 @@ func (ss *session) requestPositionLocked(kind byte, clearsDebt bool, tl uint32) 
 		if kind == captureWrite {
 			ss.markUnsureLocked(tl)
 		}
-		ss.cond.Broadcast()
+		ss.turn.Broadcast()
 		return
 	}
 	ss.fresh.requests++
@@ -290,7 +290,7 @@ func (ss *session) positionsLostLocked(l *link) {
 		}
 	}
 	l.due = nil
-	ss.cond.Broadcast()
+	ss.turn.Broadcast()
 }
 
 // raiseFloorLocked moves the monotonic-read floor up to t. Callers hold
@@ -413,16 +413,10 @@ func (ss *session) waitCaptures() bool {
 		rd.Hurry() // positions asked for in no hurry (requestPositionLocked)
 	}
 	expired := false
-	t := time.AfterFunc(captureWait, func() {
-		ss.mu.Lock()
-		expired = true
-		ss.cond.Broadcast()
-		ss.mu.Unlock()
-	})
-	defer t.Stop()
+	defer ss.wakeAfter(captureWait, &expired).Stop()
 	// A capture on a link that fails is uncounted by linkFailed.
 	for ss.fresh.captures > 0 && !ss.killed && !expired {
-		ss.cond.Wait()
+		ss.turn.Wait()
 	}
 	if ss.fresh.captures > 0 && !ss.killed {
 		ss.log.Warn("WAL position query unanswered; this unit treats the session's token as unknown",

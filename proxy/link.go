@@ -254,7 +254,7 @@ func (ss *session) detach(l *link, clientAtBoundary bool) {
 	}
 	l.stopping = true
 	if l.parked {
-		ss.cond.Broadcast()
+		ss.readers.Broadcast()
 	}
 	ss.mu.Unlock()
 	l.conn.SetReadDeadline(time.Now())
@@ -307,7 +307,7 @@ func (ss *session) forgetSwallowLocked(l *link, n int) {
 	if len(l.swallow) == 0 {
 		l.swallow = nil
 	}
-	ss.cond.Broadcast()
+	ss.turn.Broadcast()
 }
 
 // failBarriersLocked fails the barriers l's current batch still waits
@@ -326,7 +326,7 @@ func (ss *session) failBarriersLocked(l *link) {
 	if len(l.swallow) == 0 {
 		l.swallow = nil
 	}
-	ss.cond.Broadcast()
+	ss.turn.Broadcast()
 }
 
 // serverErrorLocked records an error the server answered one of the
@@ -393,7 +393,7 @@ func (ss *session) stepLocked(l *link, typ byte) relayStep {
 			st.drop = true
 			l.swallow = l.swallow[1:]
 			l.barrier = barrierPassed
-			ss.cond.Broadcast()
+			ss.turn.Broadcast()
 		case e.kind == 'b' && typ == 'E':
 			// The batch failed before the barrier: the server skips
 			// to Sync, the barrier is never answered. The client
@@ -489,7 +489,7 @@ func (ss *session) dropMessage(l *link, h wire.Header, st relayStep, body []byte
 		if st.shape {
 			ss.mu.Lock()
 			l.shape, l.shapeGot = shapeDone, shapeOf(h.Type, body)
-			ss.cond.Broadcast()
+			ss.turn.Broadcast()
 			ss.mu.Unlock()
 		}
 		switch h.Type {
@@ -520,7 +520,7 @@ func (ss *session) dropMessage(l *link, h wire.Header, st relayStep, body []byte
 				}
 				ss.mu.Lock()
 				ss.checkingPrimary = false
-				ss.cond.Broadcast()
+				ss.turn.Broadcast()
 				ss.mu.Unlock()
 			}
 			// Dropped: the client was not told, so a failure that
@@ -546,7 +546,7 @@ func (ss *session) dropMessage(l *link, h wire.Header, st relayStep, body []byte
 			ss.positionsDueLocked(l, body[0])
 		}
 		l.swallow = l.swallow[1:]
-		ss.cond.Broadcast() // syncPrimary may wait for it
+		ss.turn.Broadcast() // syncPrimary may wait for it
 		ss.mu.Unlock()
 	}
 	if srv.R.Buffered() == 0 {
@@ -654,7 +654,7 @@ func (ss *session) serverToClient(l *link) error {
 			ss.mu.Lock()
 			if ss.awaiting == l && !ss.answered {
 				ss.answered = true
-				ss.cond.Broadcast()
+				ss.turn.Broadcast()
 			}
 			ss.mu.Unlock()
 			continue
@@ -668,7 +668,7 @@ func (ss *session) serverToClient(l *link) error {
 			ss.mu.Lock()
 			if ss.awaiting == l && !ss.answered {
 				ss.answered = true
-				ss.cond.Broadcast()
+				ss.turn.Broadcast()
 			}
 			ss.mu.Unlock()
 		}
@@ -731,7 +731,7 @@ func (ss *session) serverToClient(l *link) error {
 			if h.Type == '3' && l.closes > 0 {
 				l.closes-- // a client's Close answered: no barrier waits past it
 			}
-			ss.cond.Broadcast() // settleOps may wait for it
+			ss.turn.Broadcast() // settleOps may wait for it
 			ss.mu.Unlock()
 		case h.Type == 'Z' || h.Type == 'S' || (h.Type == 'E' || h.Type == 't') && h.Len <= wire.MaxSmallBodyLen*100 || h.Type == 'C':
 			if !preread {
@@ -1012,7 +1012,7 @@ func (ss *session) releaseIdle(l *link) bool {
 			break
 		}
 		l.parked = true
-		ss.cond.Wait()
+		ss.readers.Wait()
 		l.parked = false
 	}
 	l.applyServerUndoLocked() // no claim is left: the reader owns l's state
@@ -1065,7 +1065,7 @@ func (ss *session) unclaim(l *link) {
 	ss.mu.Lock()
 	l.claims--
 	if l.parked {
-		ss.cond.Broadcast()
+		ss.readers.Broadcast()
 	}
 	ss.mu.Unlock()
 }
@@ -1153,7 +1153,7 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 			}
 		}
 	}
-	ss.cond.Broadcast()
+	ss.turn.Broadcast()
 	return ss.draining && ss.idleLocked() && ss.unitRuns
 }
 
@@ -1180,7 +1180,7 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 		serving = false // the session goroutine retries the read elsewhere
 	}
 	unknown := serving && !l.replica && ss.commitInFlight && ss.pending > 0
-	ss.cond.Broadcast()
+	ss.turn.Broadcast()
 	ss.mu.Unlock()
 	if l.replica && ss.srv != nil {
 		// The replica may be restarting, and may come back behind the

@@ -31,7 +31,7 @@ func (ss *session) waitIdle() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for ss.pending > 0 && !ss.killed && !(ss.cur != nil && ss.cur.dead) {
-		ss.cond.Wait()
+		ss.turn.Wait()
 	}
 }
 

@@ -375,7 +375,7 @@ func (ss *session) barrier(l *link) (ok bool, err error) {
 	l.swallow = append(l.swallow, expect{kind: 'b', batch: l.batches, skip: skip})
 	l.barrier = barrierPending
 	if l.parked {
-		ss.cond.Broadcast()
+		ss.readers.Broadcast()
 	}
 	ss.mu.Unlock()
 	if _, err := l.conn.W.Write(buf); err != nil {
@@ -387,7 +387,7 @@ func (ss *session) barrier(l *link) (ok bool, err error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for l.barrier == barrierPending && !l.dead && !ss.killed {
-		ss.cond.Wait()
+		ss.turn.Wait()
 	}
 	if l.barrier == barrierPending {
 		return false, errServerGone

@@ -71,7 +71,7 @@ func (s *Server) pause(route string) error {
 		busy := 0
 		for _, ss := range s.sessionList() {
 			ss.mu.Lock()
-			if ss.cond != nil && slices.Contains(names, ss.routeName) && !ss.idleLocked() && !ss.killed {
+			if ss.started && slices.Contains(names, ss.routeName) && !ss.idleLocked() && !ss.killed {
 				busy++
 			}
 			ss.mu.Unlock()

@@ -169,33 +169,46 @@ type session struct {
 	deferred   string        // a plain BEGIN answered locally, not yet sent to a server
 
 	mu sync.Mutex
-	// cond, on mu, is broadcast by every change of a field below that a
-	// wait depends on. The waits and their predicates (each also ends
-	// when the session is killed or the link it waits on dies):
+	// turn and readers, on mu, are the session's two condition variables,
+	// one per kind of waiter: a change is broadcast on the one whose
+	// waiter may wait for it, and kill broadcasts both. Each predicate has
+	// its own wait helper, and each wait also ends when the session is
+	// killed (most also when the link they wait on dies).
 	//
-	//	waitIdle (local.go)              pending == 0: every ReadyForQuery owed arrived
-	//	decideWhenReady (forward.go)     the server still answering is the one the unit goes to, or done
-	//	sendRetryable (forward.go)       answered: the first byte of a replica read reached the client
-	//	syncPrimary (forward.go)         l.rfqs reaches the injected Sync's batch
-	//	barrier (localext.go)            l.barrier leaves barrierPending
-	//	settleOps (statements.go)        no statement op of an earlier batch pending on l
-	//	waitCaptures (fresh.go)          captures == 0: the session's write positions answered
-	//	awaitPrimaryCheck (session.go)   !checkingPrimary
-	//	link.go parking                  the parked reader's link is claimed or released
-	//	awaitTimeoutCancel (timeouts.go) !l.cancelling: query_timeout_ms's cancel was delivered
+	// turn: waited on by the session goroutine alone (so one wait at a
+	// time), for what server readers, timers (wakeAfter) and kill change:
+	//
+	//	waitIdle (local.go)                pending == 0: every ReadyForQuery owed arrived
+	//	decideWhenReady (forward.go)       the server still answering is the one the unit goes to, or done
+	//	sendRetryable (forward.go)         answered: the first byte of a replica read reached the client
+	//	awaitReadyForQuery (forward.go)    l.rfqs reaches a Sync of the proxy's (syncPrimary, the end of a
+	//	                                   replica stream moved to the primary), or 2 s passed
+	//	barrier (localext.go)              l.barrier leaves barrierPending
+	//	settleOps (statements.go)          no statement op of an earlier batch pending on l
+	//	shapeChanged (statements.go)       the proxy's own Describe is answered (l.rfqs or l.shape)
+	//	waitCaptures (fresh.go)            captures == 0: the session's write positions answered, or captureWait passed
+	//	awaitPrimaryCheck (session.go)     !checkingPrimary
+	//
+	// readers: waited on by server readers (at most one per link), for
+	// what the session goroutine, the cancel path and kill change:
+	//
+	//	releaseIdle (link.go)              parked: the link's claims end, more is written to it
+	//	                                   (l.batches, l.swallow, ss.cur), or detach stops it
+	//	awaitTimeoutCancel (timeouts.go)   !l.cancelling: query_timeout_ms's cancel was delivered
 	//
 	// Lock order: wmu, then mu (a server reader relaying to the client
 	// holds wmu and takes mu to record what it relayed); wmu is never
 	// taken while mu is held.
-	cond     *sync.Cond
-	primary  *link            // attached at connect, for the whole session
-	replicas map[string]*link // replica links used by this session, by address
-	cur      *link            // the server of the current or last unit
-	pending  int              // client-visible ReadyForQuery messages still owed
-	unsynced bool             // extended-protocol messages sent since the last Sync
-	tx       byte             // transaction status the client was last told
-	draining bool             // Shutdown asked: close at the next idle point
-	killed   bool             // the session is being closed
+	turn, readers sync.Cond
+	started       bool             // connect set up routeName, replicas and the waits
+	primary       *link            // attached at connect, for the whole session
+	replicas      map[string]*link // replica links used by this session, by address
+	cur           *link            // the server of the current or last unit
+	pending       int              // client-visible ReadyForQuery messages still owed
+	unsynced      bool             // extended-protocol messages sent since the last Sync
+	tx            byte             // transaction status the client was last told
+	draining      bool             // Shutdown asked: close at the next idle point
+	killed        bool             // the session is being closed
 	// unitRuns: the client's last unit runs something (a Query, a
 	// FunctionCall, or a synced batch with an Execute); openRuns: the batch
 	// not yet synced has an Execute. A draining session closes only when
@@ -313,11 +326,28 @@ func (ss *session) idleLocked() bool {
 func (ss *session) drain() {
 	ss.mu.Lock()
 	ss.draining = true
-	idle := ss.cond != nil && ss.idleLocked() && ss.unitRuns // cond: connect is done
+	idle := ss.started && ss.idleLocked() && ss.unitRuns
 	ss.mu.Unlock()
 	if idle {
 		ss.killWithin(fatalf(codeAdminShutdown, "terminating connection due to administrator command"), idleKillPatience)
 	}
+}
+
+// initWaits ties the session's condition variables to its lock.
+func (ss *session) initWaits() {
+	ss.turn.L = &ss.mu
+	ss.readers.L = &ss.mu
+}
+
+// wakeAfter sets *expired and wakes the session goroutine's wait after d
+// (a bounded wait on turn); the caller stops the timer when done.
+func (ss *session) wakeAfter(d time.Duration, expired *bool) *time.Timer {
+	return time.AfterFunc(d, func() {
+		ss.mu.Lock()
+		*expired = true
+		ss.turn.Broadcast()
+		ss.mu.Unlock()
+	})
 }
 
 // idleKillPatience is how long drain waits for the write lock of an idle
@@ -339,9 +369,8 @@ func (ss *session) killWithin(err *clientError, patience time.Duration) {
 		return
 	}
 	ss.killed = true
-	if ss.cond != nil {
-		ss.cond.Broadcast()
-	}
+	ss.turn.Broadcast()
+	ss.readers.Broadcast()
 	ss.mu.Unlock()
 	// A writer blocked on a slow client holds wmu; never wait for it long
 	// (Shutdown calls kill for every session): close, which unblocks it.
@@ -391,7 +420,7 @@ func (ss *session) awaitPrimaryCheck() (killed bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for ss.checkingPrimary && !ss.killed {
-		ss.cond.Wait()
+		ss.turn.Wait()
 	}
 	return ss.killed
 }

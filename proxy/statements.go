@@ -154,7 +154,7 @@ func (ss *session) injectUndo(l *link, msg wire.Encoder, drop byte, undo *stmtOp
 		l.st.unnamed = ""
 	}
 	if l.parked {
-		ss.cond.Broadcast()
+		ss.readers.Broadcast()
 	}
 	ss.mu.Unlock()
 	_, err = l.conn.W.Write(buf)
@@ -983,7 +983,7 @@ func (ss *session) batchFailedLocked(l *link) {
 		}
 	}
 	l.ops = kept
-	ss.cond.Broadcast() // settleOps may wait for them
+	ss.turn.Broadcast() // settleOps may wait for them
 	l.describesFailedLocked()
 	l.errInjected = false
 }
@@ -1029,7 +1029,7 @@ func (ss *session) settleOps(l *link, name string) {
 	// server refuses brings them back (undoClient).
 	pending := func(op stmtOp) bool { return (op.name == name || op.kind == 'X') && !op.noop && op.batch < l.batches }
 	for !l.dead && !ss.killed && slices.ContainsFunc(l.ops, pending) {
-		ss.cond.Wait()
+		ss.turn.Wait()
 		waited = true
 	}
 	ss.mu.Unlock()
@@ -1507,7 +1507,7 @@ func (ss *session) shapeChanged(l *link, name, parse string) (changed, redo bool
 		l.executed = false
 	}
 	if l.parked {
-		ss.cond.Broadcast()
+		ss.readers.Broadcast()
 	}
 	ss.mu.Unlock()
 	buf, _ := (&pgproto3.Describe{ObjectType: 'S', Name: name}).Encode(nil)
@@ -1525,11 +1525,11 @@ func (ss *session) shapeChanged(l *link, name, parse string) (changed, redo bool
 	ss.mu.Lock()
 	if synced {
 		for l.rfqs <= batch && !l.dead && !ss.killed {
-			ss.cond.Wait()
+			ss.turn.Wait()
 		}
 	} else {
 		for l.shape == shapePending && !l.dead && !ss.killed && l.failed != batch+1 {
-			ss.cond.Wait()
+			ss.turn.Wait()
 		}
 	}
 	shape, got := l.shape, l.shapeGot

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"sync"
 	"testing"
 
 	"github.com/pg-kinetic/pg-kinetic/config"
@@ -15,7 +14,7 @@ func stepSession(l *link) *session {
 			ReadRouting: config.ReadRouting{ReadRoutingMode: config.RoutingPreferReplica}},
 		tx: 'I',
 	}
-	ss.cond = sync.NewCond(&ss.mu)
+	ss.initWaits()
 	ss.cur = l
 	return ss
 }

@@ -125,7 +125,7 @@ func (ss *session) checkTimeouts(now time.Time) {
 	}
 	cs := &ss.cfg.Server
 	ss.mu.Lock()
-	if ss.cond == nil || ss.killed || ss.draining {
+	if !ss.started || ss.killed || ss.draining {
 		ss.mu.Unlock() // still logging in, or ending anyway
 		return
 	}
@@ -188,7 +188,7 @@ func (ss *session) awaitTimeoutCancel(l *link) {
 	}
 	ss.mu.Lock()
 	for l.cancelling.Load() && !ss.killed {
-		ss.cond.Wait()
+		ss.readers.Wait()
 	}
 	ss.mu.Unlock()
 }
