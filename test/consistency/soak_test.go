@@ -53,7 +53,8 @@ import (
 // between the first profile after warm-up and the last, by function (go
 // tool pprof -base), the errors by class with the
 // fault that explains each, the faults and hostile clients by kind, and
-// the leak check.
+// the leak check. A failed soak also keeps every server's log and
+// kineticd's output next to the report (REPORT.NAME.log).
 //
 // It fails on: a consistency violation; an error no fault explains
 // (soakAllowed maps each fault kind to the error classes it may cause and
@@ -190,6 +191,7 @@ func TestSoak(t *testing.T) {
 		t.Error(f)
 	}
 	if len(rep.failures) > 0 {
+		keepSoakLogs(t, path, sp.servers, pr)
 		diag, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer dcancel()
 		for _, s := range sp.servers {
@@ -206,6 +208,27 @@ func TestSoak(t *testing.T) {
 		t.Errorf("%s", h.explain(v, workers))
 	}
 	h.checkDurability(healCtx, workers)
+}
+
+// keepSoakLogs copies every server's whole log and kineticd's output next
+// to the report of a failed soak (REPORT.NAME.log): the cluster directory
+// goes with the test, and an error no fault explains is only explained by
+// what the servers logged at its time (t = 0 is the report's start time).
+func keepSoakLogs(t *testing.T, report string, servers []*pgtest.Server, pr *kinetictest.Process) {
+	base := strings.TrimSuffix(report, filepath.Ext(report))
+	for _, s := range servers {
+		b, err := os.ReadFile(s.LogFile)
+		if err == nil {
+			err = os.WriteFile(base+"."+s.Name+".log", b, 0o644)
+		}
+		if err != nil {
+			t.Logf("keep %s's log: %v", s.Name, err)
+		}
+	}
+	if err := os.WriteFile(base+".kineticd.log", []byte(pr.Logs()), 0o644); err != nil {
+		t.Logf("keep kineticd's log: %v", err)
+	}
+	t.Logf("the servers' and kineticd's logs are kept as %s.*.log", base)
 }
 
 // ---- settings ----
@@ -965,7 +988,7 @@ func buildSoakReport(sc soakConfig, h *harness, workers []*worker, fl *faultLoop
 	}
 	fmt.Fprintf(&b, "# Soak report\n\n")
 	fmt.Fprintf(&b, "Started %s, commit %s. kineticd (its own process) in transaction pooling, read_routing_mode prefer_replica, fallback_policy primary, pool %d per server, in front of a primary and 2 streaming standbys (PostgreSQL 15, test/pgtest). ",
-		h.start.UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(rev)), sc.poolSize)
+		h.start.UTC().Format("2006-01-02 15:04:05.000 UTC (t = 0; the servers' and kineticd's logs use this clock)"), strings.TrimSpace(string(rev)), sc.poolSize)
 	cache := "pgx's default statement cache (512 statements per connection)"
 	if sc.stmtCache > 0 {
 		cache = fmt.Sprintf("a pgx statement cache of %d statements per connection", sc.stmtCache)
