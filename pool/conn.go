@@ -3,6 +3,7 @@ package pool
 import (
 	"bufio"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"syscall"
 	"time"
@@ -88,6 +89,20 @@ func (c *Conn) SetReadDeadline(t time.Time) error { return c.raw.SetReadDeadline
 
 // MarkBroken records that the connection must not be reused.
 func (c *Conn) MarkBroken() { c.broken = true }
+
+// Hijack hands the logged-in connection over to another protocol client
+// (the rollout syncer's pgconn.Construct): its socket, at a message
+// boundary with nothing of the server's read ahead. c must not be used
+// afterwards, nor be in a pool.
+func (c *Conn) Hijack() (net.Conn, error) {
+	if n := c.R.Buffered(); n > 0 {
+		return nil, fmt.Errorf("pool: %d bytes of the server's read ahead; the connection cannot be handed over", n)
+	}
+	if err := c.W.Flush(); err != nil {
+		return nil, err
+	}
+	return c.raw, nil
+}
 
 // Close closes the socket. Prefer Pool.Release/Discard for pooled conns.
 func (c *Conn) Close() error { return c.raw.Close() }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/pg-kinetic/pg-kinetic/config"
+	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
 // The syncer of a route keeps its shared rollout view in step with the
@@ -194,36 +195,68 @@ func (sy *rolloutSyncer) setStatus(status string, err error) {
 		zap.String("status", status), zap.Error(err))
 }
 
-// target is the connection config of the route's primary and its address:
-// the elected primary with follow_failover (primaryOf, failover.go), else
-// the configured one, of the config in force.
-func (sy *rolloutSyncer) target() (*pgconn.Config, string, error) {
+// rolloutTarget is where and how the syncer logs in: the route's primary,
+// with the first [[users]] entry's backend credentials (as the health
+// probes: a plaintext password, or a pass-through user's key once a
+// client proved its verifier).
+type rolloutTarget struct {
+	addr    string
+	cred    pool.Credentials
+	tlsMode string
+	pc      *pgconn.Config // pgconn's settings for the connection it takes over
+}
+
+// target is the route's primary and the login to it: the elected primary
+// with follow_failover (primaryOf, failover.go), else the configured one,
+// of the config in force.
+func (sy *rolloutSyncer) target() (rolloutTarget, error) {
 	cfg := sy.owner.srv.opts.Config.Load()
 	rt, ok := cfg.RouteByName(sy.route)
 	if !ok || len(cfg.Users) == 0 {
-		return nil, "", errors.New("route not in the config in force")
+		return rolloutTarget{}, errors.New("route not in the config in force")
 	}
 	primary, why := primaryOf(rt, sy.owner.srv.snapshotOf(sy.route))
 	if primary == "" {
-		return nil, "", errors.New(why)
+		return rolloutTarget{}, errors.New(why)
 	}
 	host, port, err := net.SplitHostPort(primary)
 	if err != nil {
-		return nil, "", err
+		return rolloutTarget{}, err
 	}
-	user, pass := cfg.Users[0].Backend()
-	sslmode := cfg.Server.BackendTLSMode
-	if sslmode == "" {
-		sslmode = config.TLSDisable
+	tg := rolloutTarget{addr: primary, cred: sy.owner.srv.backendCredentials(&cfg.Users[0], rt.BackendDB()), tlsMode: cfg.Server.BackendTLSMode}
+	tg.cred.Params = map[string]string{"application_name": "pg-kinetic rollout"}
+	// pgconn's own settings (its context watcher, its frontend) for
+	// pgconn.Construct; the login is pool's (dialRollout).
+	u := url.URL{Scheme: "postgres", User: url.User(tg.cred.User), Host: net.JoinHostPort(host, port),
+		Path: "/" + rt.BackendDB(), RawQuery: url.Values{"sslmode": {"disable"}}.Encode()}
+	if tg.pc, err = pgconn.ParseConfig(u.String()); err != nil {
+		return rolloutTarget{}, err
 	}
-	u := url.URL{Scheme: "postgres", User: url.UserPassword(user, pass), Host: net.JoinHostPort(host, port),
-		Path: "/" + rt.BackendDB(), RawQuery: url.Values{"sslmode": {sslmode}, "application_name": {"pg-kinetic rollout"},
-			"connect_timeout": {strconv.Itoa(int(rolloutDialTO / time.Second))}}.Encode()}
-	pc, err := pgconn.ParseConfig(u.String())
+	return tg, nil
+}
+
+// dialRollout logs in to the primary the way kineticd logs in to every
+// server (pool.Dialer: PostgreSQL's SASLprep of the password, a
+// pass-through user's ClientKey, backend_tls_mode) and hands the
+// connection to pgconn, for LISTEN and the queries. pgconn's own login
+// knows neither.
+func dialRollout(ctx context.Context, tg rolloutTarget) (*pgconn.PgConn, error) {
+	c, err := pool.Dialer{TLSMode: tg.tlsMode, ConnectTimeout: rolloutDialTO}.Dial(ctx, tg.addr, tg.cred)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	return pc, primary, nil
+	nc, err := c.Hijack()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	conn, err := pgconn.Construct(&pgconn.HijackedConn{Conn: nc, PID: c.PID, SecretKey: c.SecretKey,
+		ParameterStatuses: c.Params, TxStatus: 'I', Config: tg.pc})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 func (sy *rolloutSyncer) run(ctx context.Context) {
@@ -240,18 +273,18 @@ func (sy *rolloutSyncer) run(ctx context.Context) {
 	}
 	defer drop()
 	for ctx.Err() == nil {
-		pc, want, err := sy.target()
+		tg, err := sy.target()
 		if err != nil {
 			sy.setStatus("no primary", err)
 			sy.waitFor(ctx, rolloutPoll)
 			continue
 		}
-		if conn != nil && (want != addr || conn.IsClosed()) {
+		if conn != nil && (tg.addr != addr || conn.IsClosed()) {
 			drop()
 		}
 		if conn == nil {
 			dctx, cancel := context.WithTimeout(ctx, rolloutDialTO)
-			conn, err = pgconn.ConnectConfig(dctx, pc)
+			conn, err = dialRollout(dctx, tg)
 			cancel()
 			if err == nil {
 				err = sy.exec(ctx, conn, "LISTEN "+rolloutChannel)
@@ -260,8 +293,15 @@ func (sy *rolloutSyncer) run(ctx context.Context) {
 				drop()
 				retry := rolloutPoll
 				var pe *pgconn.PgError
+				var pt *pool.PassThroughError
 				switch {
 				case ctx.Err() != nil:
+				case errors.As(err, &pt):
+					// A pass-through user before any client's
+					// login (or a server asking for another
+					// method): retried as often as a refusal.
+					sy.setStatus("no credentials yet", err)
+					retry = rolloutRefused
 				case errors.As(err, &pe) && !strings.HasPrefix(pe.Code, "57"):
 					// Refused (a password, a database): not
 					// retried every second. 57: starting up,
@@ -274,7 +314,7 @@ func (sy *rolloutSyncer) run(ctx context.Context) {
 				sy.waitFor(ctx, retry)
 				continue
 			}
-			addr = want
+			addr = tg.addr
 		}
 		if err := sy.sync(ctx, conn); err != nil {
 			if ctx.Err() != nil {

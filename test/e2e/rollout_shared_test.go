@@ -339,3 +339,72 @@ func TestRolloutSharedAcrossInstances(t *testing.T) {
 		t.Errorf("d did not log its AUTO ROLLBACK:\n%s", d.Logs())
 	}
 }
+
+// TestRolloutSharedLogin: the rollout syncer logs in to the primary as
+// every server connection does (pool's login), not with pgconn's own:
+//   - a first [[users]] entry whose plaintext password SASLprep changes
+//     ("Ⅸ" is "IX" under NFKC, as PostgreSQL hashes it; pgconn's PRECIS
+//     keeps it) syncs, where pgconn's login was refused with 28P01;
+//   - a first entry holding only the server's SCRAM verifier (pass-through)
+//     reports "no credentials yet" until a client of that user has logged
+//     in, then syncs with the key recovered from that client's proof.
+func TestRolloutSharedLogin(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: -1})
+	ctx := ctxT(t, 2*time.Minute)
+	start := func(t *testing.T, role, secret string) *instance {
+		t.Helper()
+		psql := exec.CommandContext(ctx, pgtest.Bin("psql"), "-X", "-q", "-v", "kinetic_user="+role,
+			"-d", cl.Primary.DSN(pgtest.SuperUser, "", pgtest.AppDB), "-f", "../../deploy/sql/pg_kinetic_rollout.sql")
+		if out, err := psql.CombinedOutput(); err != nil {
+			t.Fatalf("psql -f deploy/sql/pg_kinetic_rollout.sql: %v\n%s", err, out)
+		}
+		first := fmt.Sprintf("[[users]]\nname = %q\npassword = %q\n\n[[users]]\nname = \"app\"", role, secret)
+		toml := strings.Replace(kinetictest.TOML(cl, kinetictest.Params{RolloutShared: true, LogLevel: "info"}),
+			"[[users]]\nname = \"app\"", first, 1)
+		if !strings.Contains(toml, first) {
+			t.Fatal("the role is not the first [[users]] entry")
+		}
+		in := &instance{name: role, pr: &kinetictest.Process{Addr: startTOML(t, toml)}}
+		in.dial(t, ctx)
+		return in
+	}
+	awaitSync := func(t *testing.T, in *instance, want string, limit time.Duration) {
+		t.Helper()
+		var last string
+		awaitCond(t, limit, "SHOW ROLLOUT sync "+want, func() (bool, error) {
+			r, err := in.rollout(ctx)
+			last = r.sync
+			return strings.HasPrefix(r.sync, want), err
+		})
+		t.Logf("sync: %s", last)
+	}
+
+	t.Run("saslprep", func(t *testing.T) {
+		role := uniqueIdent("rollprep")
+		password := "pass\u2168-" + role
+		passThroughRole(t, ctx, cl, role, password) // a verifier on the server; kineticd gets the plaintext
+		in := start(t, role, password)
+		awaitSync(t, in, "synced", 20*time.Second)
+	})
+
+	t.Run("pass-through", func(t *testing.T) {
+		role := uniqueIdent("rollpt")
+		password := "pt-" + role
+		verifier, _ := passThroughRole(t, ctx, cl, role, password)
+		in := start(t, role, verifier)
+		awaitSync(t, in, "no credentials yet", 20*time.Second)
+		c := connect(t, ctx, kinetictest.DSN(in.pr.Addr, role, password, pgtest.AppDB))
+		c.Close(ctx)
+		awaitSync(t, in, "synced", 20*time.Second) // the retry after a refusal comes within 10 s
+		if _, err := in.exec(ctx, "ROUTING STAGE 2"); err != nil {
+			t.Fatal(err)
+		}
+		su := connect(t, ctx, cl.Primary.DSN(pgtest.SuperUser, "", pgtest.AppDB))
+		defer su.Close(ctx)
+		awaitCond(t, 5*time.Second, "stage 2 in the shared table", func() (bool, error) {
+			var stage int
+			err := su.QueryRow(ctx, "select stage from pgkinetic.rollout_state where route = 'main'").Scan(&stage)
+			return stage == 2, err
+		})
+	})
+}
