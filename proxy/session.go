@@ -185,6 +185,7 @@ type session struct {
 	//	                                   replica stream moved to the primary), or 2 s passed
 	//	barrier (localext.go)              l.barrier leaves barrierPending
 	//	settleOps (statements.go)          no statement op of an earlier batch pending on l
+	//	settleBatches (statements.go)      every batch sent to l answered (l.rfqs reaches l.batches)
 	//	shapeChanged (statements.go)       the proxy's own Describe is answered (l.rfqs or l.shape)
 	//	waitCaptures (fresh.go)            captures == 0: the session's write positions answered, or captureWait passed
 	//	awaitPrimaryCheck (session.go)     !checkingPrimary

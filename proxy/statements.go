@@ -202,6 +202,11 @@ func (ss *session) ensureStatementCheck(l *link, name string, use byte, check bo
 			return nil
 		}
 	}
+	if waited, err := ss.settleBatches(l); err != nil {
+		return err
+	} else if waited {
+		return ss.ensureStatementCheck(l, name, use, check) // the record and the status may have changed
+	}
 	var p pgproto3.Parse
 	if err := p.Decode([]byte(want.parse)); err != nil {
 		return err
@@ -670,6 +675,11 @@ func (ss *session) ensureSQLStatement(l *link, name string, use byte) error {
 	if l.st.sqlPrepared[name] == want.text {
 		return nil
 	}
+	if waited, err := ss.settleBatches(l); err != nil {
+		return err
+	} else if waited {
+		return ss.ensureSQLStatement(l, name, use)
+	}
 	if ss.standInUse(l, use) {
 		if info, ok := classify.DescribeSQLPrepare(want.text); ok {
 			if stand, mark, ok := standInFor(name, info, nil, use); ok {
@@ -1015,6 +1025,39 @@ func (ss *session) takeUndo(l *link) {
 	ss.hasUndo.Store(false)
 	ss.mu.Unlock()
 	ss.undoClient(ops)
+}
+
+// settleBatches waits, before the proxy prepares a client's statement
+// again on l, until the batches already sent there (pipelined) are
+// answered, and reports whether it waited. One of them may fail the
+// transaction: the proxy's Parse or PREPARE would then fail too (25P02,
+// swallowed), and the client's Bind after it with 26000, where
+// PostgreSQL, holding the statement, answers 25P02 (or 08P01 for a wrong
+// parameter count). Once the status is known, standIn answers as
+// PostgreSQL does. A statement that is on l already needs no wait, so
+// this costs a round trip only when a pipelined unit uses a statement
+// the client prepared on another server connection.
+func (ss *session) settleBatches(l *link) (bool, error) {
+	ss.mu.Lock()
+	inFlight := l.rfqs < l.batches
+	ss.mu.Unlock()
+	if !inFlight {
+		return false, nil
+	}
+	if err := l.conn.W.Flush(); err != nil { // (the batches' Syncs may be buffered still)
+		return false, errServerGone
+	}
+	ss.mu.Lock()
+	for l.rfqs < l.batches && !l.dead && !ss.killed {
+		ss.turn.Wait()
+	}
+	gone := l.dead || ss.killed
+	ss.mu.Unlock()
+	if gone {
+		return false, errServerGone
+	}
+	ss.takeUndo(l)
+	return true, nil
 }
 
 // settleOps waits until l's server has answered the client's Parses and
