@@ -1884,10 +1884,26 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 // unitEnded applies the effects of a unit that reached an idle point.
 // Callers hold ss.mu.
 func (ss *session) unitEnded() {
-	ok := !ss.unitErr && ss.lastTag != "ROLLBACK"
+	if cur := ss.doneSeq - 1; ss.unitErr && ss.errDone < cur && ss.doneSeq > 0 {
+		// The transaction block failed in an earlier unit and ended in
+		// this one, which reached an idle point without an error of its
+		// own: a failed block ends rolled back (COMMIT answers ROLLBACK),
+		// so the earlier units' effects are undone, and what this unit
+		// ran after the block's end (in the same batch) is its own.
+		restored, moved := ss.restored, ss.movedEffects
+		ss.endEffects(cur, false)
+		ss.restored, ss.movedEffects = restored, moved
+		ss.unitErr = false
+	}
+	ss.endEffects(ss.doneSeq, !ss.unitErr && ss.lastTag != "ROLLBACK")
+}
+
+// endEffects applies (ok) or drops the effects of the units before unit
+// number upTo. Callers hold ss.mu.
+func (ss *session) endEffects(upTo uint64, ok bool) {
 	// Effects of units still to be answered (pipelined) wait for theirs.
 	n := 0
-	for n < len(ss.effects) && ss.effects[n].seq < ss.doneSeq {
+	for n < len(ss.effects) && ss.effects[n].seq < upTo {
 		n++
 	}
 	done, later := ss.effects[:n], ss.effects[n:]

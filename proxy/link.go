@@ -336,7 +336,7 @@ func (ss *session) failBarriersLocked(l *link) {
 // error and never answered: it fails now, instead of waiting for ever.
 // Callers hold ss.mu.
 func (ss *session) serverErrorLocked(l *link) {
-	ss.unitErr = true
+	ss.unitErr, ss.errDone = true, ss.doneSeq
 	l.failed = l.rfqs + 1
 	ss.batchFailedLocked(l)
 	ss.failBarriersLocked(l)

@@ -277,7 +277,7 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 		}
 		if e := ss.answerLocal(b.msgs[i].typ, b.body(b.msgs[i])); e != nil {
 			ss.mu.Lock()
-			ss.unitErr = true
+			ss.unitErr, ss.errDone = true, ss.doneSeq
 			abort := ss.tx == 'T' && l == nil
 			if abort {
 				ss.tx = 'E'

@@ -231,6 +231,7 @@ type session struct {
 
 	pinned  string // why the session is pinned to the primary; "" when it is not
 	unitErr bool   // an ErrorResponse reached the client since the last idle point
+	errDone uint64 // doneSeq when the last one did: the unit it answered
 	lastTag string // the last CommandComplete tag relayed
 
 	// Session state replayed on every server the session uses.
