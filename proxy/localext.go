@@ -124,6 +124,12 @@ func (ss *session) localPlan(b *batch) []bool {
 	}
 	plan := make([]bool, len(b.msgs))
 	found := false
+	// A server statement of the batch that ends the transaction block
+	// (COMMIT, ROLLBACK; not ROLLBACK TO) ends every portal made before it,
+	// the proxy's too: ss.client.blockEnds are their Executes' indexes.
+	ends := map[string]bool{}       // statement names Parsed in b, to a server: one that ends a block
+	portalEnds := map[string]bool{} // server portals bound in b: to one that does
+	ss.client.blockEnds = ss.client.blockEnds[:0]
 	for i, m := range b.msgs {
 		body := b.body(m)
 		local := false
@@ -138,8 +144,10 @@ func (ss *session) localPlan(b *batch) []bool {
 				stmts[name] = true
 			} else if name == "" {
 				delete(stmts, "")
+				ends[""] = txWord(q) == 'e'
 			} else {
 				local = stmts[name] // already exists: answered with 42P05
+				ends[name] = !local && txWord(q) == 'e'
 			}
 		case 'B':
 			portal, rest, err := cstring(body)
@@ -157,6 +165,17 @@ func (ss *session) localPlan(b *batch) []bool {
 				delete(portals, "")
 			} else {
 				local = portals[portal] // already exists: 42P03
+			}
+			if !local {
+				end, ok := ends[stmt]
+				if !ok { // prepared before this batch
+					parse := ss.client.unnamed.parse
+					if stmt != "" {
+						parse = ss.client.stmts[stmt].parse
+					}
+					end = parse != "" && txWord(queryOf(parse)) == 'e'
+				}
+				portalEnds[portal] = end
 			}
 		case 'D', 'C':
 			kind, name, err := describeTarget(body)
@@ -178,6 +197,10 @@ func (ss *session) localPlan(b *batch) []bool {
 		case 'E':
 			portal, _, err := cstring(body)
 			local = err == nil && portals[portal]
+			if !local && portalEnds[portal] {
+				clear(portals)
+				ss.client.blockEnds = append(ss.client.blockEnds, i)
+			}
 		}
 		plan[i] = local
 		found = found || local
@@ -250,6 +273,7 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 		return nil
 	}
 
+	ended := 0 // ss.client.blockEnds passed
 	for i := 0; i < end && !failed; i++ {
 		if !plan[i] {
 			continue
@@ -274,6 +298,15 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 			}
 		} else {
 			ss.waitIdle()
+		}
+		if ended < len(ss.client.blockEnds) && ss.client.blockEnds[ended] < i {
+			// A COMMIT or ROLLBACK ran since the last message answered
+			// here (answered: the barrier): the portals made before it
+			// are gone, on the server and here.
+			for ended < len(ss.client.blockEnds) && ss.client.blockEnds[ended] < i {
+				ended++
+			}
+			clear(ss.client.kportals)
 		}
 		if e := ss.answerLocal(b.msgs[i].typ, b.body(b.msgs[i])); e != nil {
 			ss.mu.Lock()
@@ -425,7 +458,26 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 		delete(ss.client.kstmts, "")
 	}
 	if ss.txStatus() == 'E' && typ != 'C' {
-		return abortedTx()
+		// As PostgreSQL in a failed transaction: a Describe of a
+		// statement or portal that returns no rows (SET) is answered; a
+		// Bind is checked against its statement first.
+		switch typ {
+		case 'D':
+			kind, name, _ := describeTarget(body)
+			if kind == 'S' && ss.client.kstmts[name].show == "" || kind == 'P' && ss.client.kportals[name].cmd.show == "" {
+				break
+			}
+			return abortedTx()
+		case 'B':
+			var bd pgproto3.Bind
+			if err := bd.Decode(body); err == nil && len(bd.Parameters) > 0 {
+				return protoErr(codeProtocolViolation, "bind message supplies %d parameters, but prepared statement %q requires 0",
+					len(bd.Parameters), bd.PreparedStatement)
+			}
+			return abortedTx()
+		default:
+			return abortedTx()
+		}
 	}
 	switch typ {
 	case 'P':
@@ -623,20 +675,29 @@ func txWords(b *batch) byte {
 		default:
 			continue
 		}
-		for _, st := range strings.Split(text, ";") {
-			f := strings.Fields(strings.ToLower(st))
-			if len(f) == 0 {
-				continue
-			}
-			switch f[0] {
-			case "begin", "start":
-				last = 'b'
-			case "commit", "end", "abort":
+		if w := txWord(text); w != 0 {
+			last = w
+		}
+	}
+	return last
+}
+
+// txWord is txWords for one text.
+func txWord(text string) byte {
+	var last byte
+	for _, st := range strings.Split(text, ";") {
+		f := strings.Fields(strings.ToLower(st))
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "begin", "start":
+			last = 'b'
+		case "commit", "end", "abort":
+			last = 'e'
+		case "rollback":
+			if len(f) < 2 || f[1] != "to" {
 				last = 'e'
-			case "rollback":
-				if len(f) < 2 || f[1] != "to" {
-					last = 'e'
-				}
 			}
 		}
 	}
