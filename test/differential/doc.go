@@ -218,10 +218,11 @@
 // classes of the proxy's own portals in every mode, session pooling
 // included (fixed); after the fixes, 909090 gives 0 in session pooling and
 // 1 in transaction pooling (the inferred-type Describe above, not
-// reproducible alone). The routed modes still show 4 to 9 in 3,000, of the
-// Flush-move class above and of a SHOW pg_kinetic.write_lsn bound again
-// from the unnamed statement in a later unit, which this test compares
-// unmasked (the proxy answers its token, PostgreSQL its placeholder "").
+// reproducible alone). The routed modes still show 4 to 6 in 3,000, of the
+// Flush-move class above. (A SHOW pg_kinetic.write_lsn bound again from
+// the unnamed statement in a later unit, before that unit Parsed another,
+// was compared unmasked: the generator now follows the unnamed statement
+// message by message.)
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences in session pooling only; `make differential` is the

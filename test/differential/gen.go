@@ -400,6 +400,9 @@ type gen struct {
 	f     FeatureSet
 	m     model
 	units []Unit
+	// unnamed is the model's unnamed statement when the unit being made
+	// began (add follows it through the unit's messages).
+	unnamed *stmt
 }
 
 // Generate makes the sequence of seed. The same seed and features give the
@@ -433,20 +436,27 @@ func (g *gen) add(u Unit) {
 	// A unit that Binds a statement Parsed from a pg_kinetic.* command in
 	// an earlier unit asks for kineticd's values too (PostgreSQL has
 	// placeholders): its rows are masked like the command's own.
+	// The unnamed statement is followed message by message: a Parse of it
+	// later in the unit does not unmask a Bind before that Parse.
+	unnamed := g.unnamed
 	for _, m := range u.Msgs {
-		b, ok := m.(*pgproto3.Bind)
-		if !ok {
-			continue
-		}
-		st, known := g.m.named[b.PreparedStatement]
-		if b.PreparedStatement == "" && g.m.unnamed != nil {
-			st, known = *g.m.unnamed, true
-		}
-		if known && strings.Contains(st.sql, "pg_kinetic") {
-			u.Masked = true
+		switch m := m.(type) {
+		case *pgproto3.Parse:
+			if m.Name == "" {
+				unnamed = &stmt{sql: m.Query}
+			}
+		case *pgproto3.Bind:
+			st, known := g.m.named[m.PreparedStatement]
+			if m.PreparedStatement == "" && unnamed != nil {
+				st, known = *unnamed, true
+			}
+			if known && strings.Contains(st.sql, "pg_kinetic") {
+				u.Masked = true
+			}
 		}
 	}
 	g.units = append(g.units, u)
+	g.unnamed = g.m.unnamed
 }
 
 // unit appends one or two units.
