@@ -1884,14 +1884,14 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 // unitEnded applies the effects of a unit that reached an idle point.
 // Callers hold ss.mu.
 func (ss *session) unitEnded() {
-	if cur := ss.doneSeq - 1; ss.unitErr && ss.errDone < cur && ss.doneSeq > 0 {
+	if ss.unitErr && ss.doneSeq > 0 && ss.errDone < ss.doneSeq-1 {
 		// The transaction block failed in an earlier unit and ended in
 		// this one, which reached an idle point without an error of its
 		// own: a failed block ends rolled back (COMMIT answers ROLLBACK),
 		// so the earlier units' effects are undone, and what this unit
 		// ran after the block's end (in the same batch) is its own.
 		restored, moved := ss.restored, ss.movedEffects
-		ss.endEffects(cur, false)
+		ss.endEffects(ss.doneSeq-1, false)
 		ss.restored, ss.movedEffects = restored, moved
 		ss.unitErr = false
 	}

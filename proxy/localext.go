@@ -471,8 +471,7 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 		case 'B':
 			var bd pgproto3.Bind
 			if err := bd.Decode(body); err == nil && len(bd.Parameters) > 0 {
-				return protoErr(codeProtocolViolation, "bind message supplies %d parameters, but prepared statement %q requires 0",
-					len(bd.Parameters), bd.PreparedStatement)
+				return bindParamsErr(&bd)
 			}
 			return abortedTx()
 		default:
@@ -515,8 +514,7 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 			return protoErr("42P03", "cursor %q already exists", bd.DestinationPortal) // PostgreSQL's words
 		}
 		if len(bd.Parameters) > 0 {
-			return protoErr(codeProtocolViolation, "bind message supplies %d parameters, but prepared statement %q requires 0",
-				len(bd.Parameters), bd.PreparedStatement)
+			return bindParamsErr(&bd)
 		}
 		text := true
 		if len(bd.ResultFormatCodes) > 0 {
@@ -680,6 +678,13 @@ func txWords(b *batch) byte {
 		}
 	}
 	return last
+}
+
+// bindParamsErr is PostgreSQL's error for a Bind with parameters of a
+// statement the proxy answers (they take none).
+func bindParamsErr(bd *pgproto3.Bind) *pgproto3.ErrorResponse {
+	return errorf(codeProtocolViolation, "bind message supplies %d parameters, but prepared statement %q requires 0",
+		len(bd.Parameters), bd.PreparedStatement)
 }
 
 // txWord is txWords for one text.
