@@ -1020,29 +1020,45 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		}
 	}
 
-	// Everything decided before a server is chosen (route.go: planUnit).
-	p, primaryV := ss.plan(u)
-	if p.priorJudged {
-		ss.mu.Lock()
-		ss.fresh.prior = freshness.Token{}
-		ss.mu.Unlock()
-	}
-	if p.lost != nil || p.unsureTold {
-		ss.lostWrite(p.lost)
-	}
-	if p.fail != nil {
-		if p.rejected != "" {
-			ss.setLastRoute(targetRejected, p.rejected, "0", "")
-		}
-		return nil, ss.failUnit(p.fail, open)
-	}
-	u, class, fallback, req := p.unit, p.class, p.fallback, p.req
-
-	var d decision
-	var l *link
+	// Everything decided before a server is chosen (route.go: planUnit);
+	// planned again when the primary changed before the unit was sent
+	// (a failover: the token rules judged against the old primary no
+	// longer hold).
+	analyzed := u
+	var (
+		p        unitPlan
+		primaryV health.Verdict
+		class    classPolicy
+		fallback string
+		req      freshness.Requirement
+		d        decision
+		l        *link
+		ff       fallbackFacts
+	)
 	tried := map[string]bool{}
-	ff := fallbackFacts{fallback: fallback, needsFloor: ss.needsFloor(u), primaryInRecovery: primaryV.SplitBrain}
+	planned, replans := false, 0
 	for {
+		if !planned {
+			planned = true
+			p, primaryV = ss.plan(analyzed)
+			if p.priorJudged {
+				ss.mu.Lock()
+				ss.fresh.prior = freshness.Token{}
+				ss.mu.Unlock()
+			}
+			if p.lost != nil || p.unsureTold {
+				ss.lostWrite(p.lost)
+			}
+			if p.fail != nil {
+				if p.rejected != "" {
+					ss.setLastRoute(targetRejected, p.rejected, "0", "")
+				}
+				return nil, ss.failUnit(p.fail, open)
+			}
+			u, class, fallback, req = p.unit, p.class, p.fallback, p.req
+			ff = fallbackFacts{fallback: fallback, needsFloor: ss.needsFloor(u), primaryInRecovery: primaryV.SplitBrain,
+				primaryDown: primaryV.Addr != "" && !primaryV.Reachable, waited: ff.waited}
+		}
 		ff.hurried = false
 		var retryable, killed bool
 		if d, retryable, killed = ss.decideWhenReady(u, tried, req, fallback, open); killed {
@@ -1051,7 +1067,11 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 
 		// A read that fell back: the steps before the primary serves it
 		// (route.go: planFallback).
-		if redecide := ss.fallBack(&d, u, &req, primaryV, &ff); redecide {
+		switch ss.fallBack(&d, u, &req, primaryV, &ff) {
+		case fallbackRedecide:
+			continue
+		case fallbackReplan:
+			planned = false
 			continue
 		}
 		if d.target == targetRejected {
@@ -1063,6 +1083,16 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 				if ce, ok := err.(*clientError); ok && ce.severity == "FATAL" {
 					return nil, ce // the session ends (a primary change under its transaction)
 				}
+				if u.read && isFallback(d.reason) && !ff.waited {
+					// The primary went down before its probe told: a
+					// replica, or the primary a failover elects, may
+					// serve the read after a wait (planFallback).
+					ff.primaryDown = true
+					ss.mu.Lock()
+					ss.holdFallbackLocked(nil)
+					ss.mu.Unlock()
+					continue
+				}
 				e := errorResponse(err)
 				if u.read && d.reason != "" {
 					// A read no replica could serve: say why it needed
@@ -1071,6 +1101,15 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 					ss.setLastRoute(targetRejected, d.reason, "", "")
 				}
 				return nil, ss.failUnit(e, open)
+			}
+			if primaryV.Addr != "" && l.addr != primaryV.Addr && replans < maxReplans {
+				// Another primary was elected since the plan: plan
+				// again against it (a write told lost, a token carried)
+				// before anything goes there.
+				ss.unclaim(l)
+				replans++
+				planned = false
+				continue
 			}
 		} else {
 			var err error
@@ -1419,11 +1458,23 @@ func (ss *session) decideWhenReady(u unitInfo, tried map[string]bool, req freshn
 	return d, retryable, false
 }
 
+// What routeBatch does after fallBack.
+type fallbackOutcome int
+
+const (
+	fallbackCarryOut fallbackOutcome = iota // carry out d (it may have become a rejection)
+	fallbackRedecide                        // decide again: a replica may serve it now
+	fallbackReplan                          // plan the unit again: the primary may have changed
+)
+
+// maxReplans bounds how often a unit is planned again because the primary
+// changed under it (a flapping election ends in the last plan).
+const maxReplans = 3
+
 // fallBack takes the steps planFallback gives a decision d that fell back
 // from the replicas, until it is to be carried out (d may become a
-// rejection) or the unit is to be decided again (redecide: a replica may
-// serve it now).
-func (ss *session) fallBack(d *decision, u unitInfo, req *freshness.Requirement, primaryV health.Verdict, f *fallbackFacts) (redecide bool) {
+// rejection), decided again, or planned again.
+func (ss *session) fallBack(d *decision, u unitInfo, req *freshness.Requirement, primaryV health.Verdict, f *fallbackFacts) fallbackOutcome {
 	for {
 		if f.needsFloor && !f.boundTried {
 			f.seenBlocked = ss.seenBlockedNow()
@@ -1438,14 +1489,14 @@ func (ss *session) fallBack(d *decision, u unitInfo, req *freshness.Requirement,
 		}
 		switch st.action {
 		case fallbackGo:
-			return false
+			return fallbackCarryOut
 		case fallbackRefresh:
 			f.refreshed = true
 			if raised, changed := ss.refreshReplicas(*req); changed {
 				if !raised.IsZero() {
 					req.Floor = mergeExternal(req.Floor, raised, req.PrimaryTimeline)
 				}
-				return true
+				return fallbackRedecide
 			}
 		case fallbackBound:
 			f.boundTried = true
@@ -1453,18 +1504,25 @@ func (ss *session) fallBack(d *decision, u unitInfo, req *freshness.Requirement,
 				if r := ss.readRequirement(u, primaryV); req.Floor.Less(r.Floor) {
 					req.Floor = r.Floor
 				}
-				return true
+				return fallbackRedecide
 			}
 		case fallbackWait:
 			f.waited = true
-			if ss.waitForReplica(*req) {
-				return true
+			if f.primaryDown {
+				// A failover may be under way: wait for a replica or
+				// for the election, then plan again against what it
+				// left.
+				ss.waitForReplica(*req, &primaryV)
+				return fallbackReplan
+			}
+			if ss.waitForReplica(*req, nil) {
+				return fallbackRedecide
 			}
 		case fallbackPrimary:
 			slot, ok := ss.srv.takeFallback(ss.route)
 			if !ok {
 				*d = decision{target: targetRejected, reason: reasonFallbackOverload}
-				return false
+				return fallbackCarryOut
 			}
 			ss.mu.Lock()
 			ss.holdFallbackLocked(slot)
@@ -1473,7 +1531,7 @@ func (ss *session) fallBack(d *decision, u unitInfo, req *freshness.Requirement,
 				ss.send(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "01000",
 					Message: "pg-kinetic: degraded: this read was served by the primary", Detail: "cause: " + d.reason})
 			}
-			return false
+			return fallbackCarryOut
 		}
 	}
 }

@@ -429,7 +429,11 @@ func (ss *session) waitCaptures() bool {
 // until some replica becomes eligible for req, hurrying the probes of the
 // replicas that are behind so fresh replay positions arrive quickly. It
 // never sleeps a fixed time: it wakes on each new health snapshot.
-func (ss *session) waitForReplica(req freshness.Requirement) bool {
+//
+// With primary (the primary's verdict the unit was planned with) it also
+// returns, false, as soon as another primary is elected or that one is
+// seen reachable again: the unit is then planned anew.
+func (ss *session) waitForReplica(req freshness.Requirement, primary *health.Verdict) bool {
 	checker := ss.runtime().checkerOf()
 	if checker == nil {
 		return false
@@ -446,6 +450,9 @@ func (ss *session) waitForReplica(req freshness.Requirement) bool {
 			}
 			checker.Hurry(c.addr)
 		}
+		if primary != nil && primaryChanged(*primary, snap) {
+			return false
+		}
 		select {
 		case <-snap.Changed():
 		case <-deadline.C:
@@ -455,4 +462,11 @@ func (ss *session) waitForReplica(req freshness.Requirement) bool {
 			return false
 		}
 	}
+}
+
+// primaryChanged reports whether snap's primary is reachable and another
+// than was (another server or timeline), or was seen unreachable.
+func primaryChanged(was health.Verdict, snap *health.Snapshot) bool {
+	now, ok := snap.Primary()
+	return ok && now.Reachable && (now.Addr != was.Addr || now.Timeline != was.Timeline || !was.Reachable)
 }

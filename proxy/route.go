@@ -438,6 +438,7 @@ type fallbackFacts struct {
 	needsFloor        bool   // the read must see the session's writes (needsFloor)
 	seenBlocked       bool   // only the replicas the session read from may serve it, and they cannot (restrictToSeenLocked)
 	primaryInRecovery bool   // the configured primary reports pg_is_in_recovery()
+	primaryDown       bool   // the primary is unreachable or none is elected (a failover in progress), or a dial to it just failed
 	refreshed         bool   // fallbackRefresh was taken
 	boundTried        bool   // fallbackBound was taken
 	waited            bool   // fallbackWait was taken
@@ -463,6 +464,7 @@ type fallbackStep struct {
 //	primary, replica_unavailable, fallback primary        -> hurry; take a fallback slot
 //	primary, lag_exceeded, fallback wait, not yet waited  -> hurry; wait for a replica
 //	primary, replica_unavailable, primary in recovery     -> rejected split_brain
+//	primary, timeline_changed, primary down, not yet waited -> hurry; wait for a replica
 //	primary, write                                        -> go (not a fallback)
 func planFallback(d decision, u unitInfo, f fallbackFacts) fallbackStep {
 	if d.target == targetReplica || !isFallback(d.reason) {
@@ -482,6 +484,13 @@ func planFallback(d decision, u unitInfo, f fallbackFacts) fallbackStep {
 	st := fallbackStep{hurry: !f.hurried}
 	switch {
 	case !f.waited && f.fallback == config.FallbackWait:
+		st.action = fallbackWait
+	case !f.waited && f.primaryDown && d.target == targetPrimary:
+		// The primary cannot serve it either: during a failover the
+		// replicas are ineligible for a moment (the promoted one is not
+		// yet elected, the others report the new timeline before the
+		// new primary's positions are known). Waiting for one keeps
+		// reads up (issue 14) where going on would fail with 08006.
 		st.action = fallbackWait
 	case d.target != targetPrimary:
 		st.action = fallbackGo // rejected already (require_replica, fallback reject)

@@ -393,9 +393,12 @@ func (st *drillStats) round(ctx context.Context, c *pgx.Conn, tbl string, i, seq
 			cancel()
 			switch code := pgCode(err); {
 			case err == nil && n != 1:
-				st.ryw = append(st.ryw, fmt.Sprintf("seq %d read back as %d rows", seq, n))
+				st.ryw = append(st.ryw, fmt.Sprintf("seq %d read back as %d rows at %s (acknowledged by port %d)", seq, n, time.Now().UTC().Format("15:04:05.000"), port))
 			case code == "KN002":
+				// The write was lost and the session told so: read back
+				// again, it is rightly absent.
 				st.kn002 = append(st.kn002, drillReport{inc, *lastAcked})
+				return
 			case err != nil:
 				if code == "" {
 					code = "conn"
