@@ -77,10 +77,20 @@ func containsFold(s, w string) bool {
 	return false
 }
 
+// localSplit is localPlan's answer for a batch.
+type localSplit struct {
+	local []bool // per message: the proxy answers it
+	// blockEnds are the indexes of the batch's Executes of a server
+	// statement that ends the transaction block (COMMIT, ROLLBACK; not
+	// ROLLBACK TO): every portal made before one is gone once it ran, the
+	// proxy's too.
+	blockEnds []int
+}
+
 // localPlan marks which messages of a batch the proxy answers itself,
 // following the names the batch defines in order. nil when there are none
 // (the common case costs one scan of the Parse texts).
-func (ss *session) localPlan(b *batch) []bool {
+func (ss *session) localPlan(b *batch) *localSplit {
 	ss.applyClientUndo()
 	if len(ss.client.kportals) > 0 || len(ss.client.srvPortals) > 0 {
 		// Portals end with their transaction, the proxy's as the
@@ -122,14 +132,10 @@ func (ss *session) localPlan(b *batch) []bool {
 	for n := range ss.client.kportals {
 		portals[n] = true
 	}
-	plan := make([]bool, len(b.msgs))
+	plan := &localSplit{local: make([]bool, len(b.msgs))}
 	found := false
-	// A server statement of the batch that ends the transaction block
-	// (COMMIT, ROLLBACK; not ROLLBACK TO) ends every portal made before it,
-	// the proxy's too: ss.client.blockEnds are their Executes' indexes.
 	ends := map[string]bool{}       // statement names Parsed in b, to a server: one that ends a block
 	portalEnds := map[string]bool{} // server portals bound in b: to one that does
-	ss.client.blockEnds = ss.client.blockEnds[:0]
 	for i, m := range b.msgs {
 		body := b.body(m)
 		local := false
@@ -199,10 +205,10 @@ func (ss *session) localPlan(b *batch) []bool {
 			local = err == nil && portals[portal]
 			if !local && portalEnds[portal] {
 				clear(portals)
-				ss.client.blockEnds = append(ss.client.blockEnds, i)
+				plan.blockEnds = append(plan.blockEnds, i)
 			}
 		}
-		plan[i] = local
+		plan.local[i] = local
 		found = found || local
 	}
 	if !found {
@@ -218,7 +224,7 @@ func (ss *session) localPlan(b *batch) []bool {
 // open for the messages that follow a Flush, or nil; skip is true when
 // the client's messages up to its Sync are to be dropped (a local error in
 // an open batch, as the server skips them after an error).
-func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, skip bool, err error) {
+func (ss *session) runWithLocal(b *batch, plan *localSplit, l *link) (open *link, skip bool, err error) {
 	term := b.msgs[len(b.msgs)-1].typ
 	end := len(b.msgs)
 	if term == 'S' || term == 'H' {
@@ -230,7 +236,7 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 	var srv batch
 	var srvIdx []int // index in b of each of srv's messages
 	for i := 0; i < end; i++ {
-		if !plan[i] {
+		if !plan.local[i] {
 			m := b.msgs[i]
 			srv.add(m.typ, b.body(m))
 			srvIdx = append(srvIdx, i)
@@ -273,9 +279,9 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 		return nil
 	}
 
-	ended := 0 // ss.client.blockEnds passed
+	ended := 0 // plan.blockEnds passed
 	for i := 0; i < end && !failed; i++ {
-		if !plan[i] {
+		if !plan.local[i] {
 			continue
 		}
 		if err := writeUpTo(i); err != nil {
@@ -299,11 +305,11 @@ func (ss *session) runWithLocal(b *batch, plan []bool, l *link) (open *link, ski
 		} else {
 			ss.waitIdle()
 		}
-		if ended < len(ss.client.blockEnds) && ss.client.blockEnds[ended] < i {
+		if ended < len(plan.blockEnds) && plan.blockEnds[ended] < i {
 			// A COMMIT or ROLLBACK ran since the last message answered
 			// here (answered: the barrier): the portals made before it
 			// are gone, on the server and here.
-			for ended < len(ss.client.blockEnds) && ss.client.blockEnds[ended] < i {
+			for ended < len(plan.blockEnds) && plan.blockEnds[ended] < i {
 				ended++
 			}
 			clear(ss.client.kportals)

@@ -32,7 +32,6 @@ type clientStatements struct {
 	sqlPrepared map[string]sqlPrep  // SQL-level PREPARE name -> statement
 	kstmts      map[string]kcmd     // extended-protocol pg_kinetic.* statements the proxy answers (localext.go)
 	kportals    map[string]kportal  // and their portals
-	blockEnds   []int               // localPlan: indexes of the batch's Executes that end a transaction block
 	// srvPortals are the named portals the client Bound on servers in
 	// its current transaction (a local Bind into one fails with 42P03).
 	srvPortals map[string]uint64 // -> the unit (unitSeq) that made it
