@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/pg-kinetic/pg-kinetic/freshness"
+	"github.com/pg-kinetic/pg-kinetic/health"
 )
 
 func TestDecide(t *testing.T) {
@@ -64,6 +65,40 @@ func TestMergeExternal(t *testing.T) {
 		{"no floor", freshness.Token{}, tok(1, 50), 2, tok(1, 50)},
 	} {
 		if got := mergeExternal(tc.floor, tc.ext, tc.current); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestPrimaryChanged: what ends a read's wait for a replica while the
+// primary it was planned with is down (waitForReplica): a reachable
+// primary other than the one planned with, or the same one reachable
+// again after it was seen down. An elected primary that is down, or
+// nothing elected, does not.
+func TestPrimaryChanged(t *testing.T) {
+	old := health.Verdict{Target: health.Target{Addr: "p:5432", Configured: health.RolePrimary}, Elected: true, Timeline: 1}
+	oldUp := old
+	oldUp.Reachable, oldUp.Detected = true, health.RolePrimary
+	promoted := health.Verdict{Target: health.Target{Addr: "s1:5432", Configured: health.RoleStandby},
+		Reachable: true, Elected: true, Timeline: 2, Detected: health.RolePrimary}
+	promotedDown := promoted
+	promotedDown.Reachable = false
+	for _, tc := range []struct {
+		name string
+		was  health.Verdict
+		snap *health.Snapshot
+		want bool
+	}{
+		{"nothing in the snapshot", old, health.NewSnapshot(), false},
+		{"the same primary, still down", old, health.NewSnapshot(old), false},
+		{"the same primary, reachable again", old, health.NewSnapshot(oldUp), true},
+		{"another primary elected", old, health.NewSnapshot(promoted), true},
+		{"another primary elected, but down", old, health.NewSnapshot(promotedDown), false},
+		{"planned reachable (a dial failed), the same seen down now", oldUp, health.NewSnapshot(old), false},
+		{"planned reachable, the same still reachable", oldUp, health.NewSnapshot(oldUp), false},
+		{"planned reachable, another elected", oldUp, health.NewSnapshot(promoted), true},
+	} {
+		if got := primaryChanged(tc.was, tc.snap); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}
