@@ -538,13 +538,16 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 // on a replica, is the index right after the Execute that ends the block
 // (COMMIT, ROLLBACK) when a later message of the batch may not run on the
 // replica (a write): the batch is routed in two parts (routeSplit). 0 if
-// there is no such point.
+// there is no such point. A session pinned meanwhile splits too: a pinned
+// session's units go to the primary once the block ends (decide), and a
+// statement that pinned it in a read-only block may well have failed
+// there (CREATE TEMP TABLE: 25006).
 func (ss *session) replicaTxEndSplit(b *batch) int {
 	if b.limit > 0 || len(b.msgs) < 2 || !ss.freshnessOn() {
 		return 0
 	}
 	ss.mu.Lock()
-	onReplica := ss.tx != 'I' && ss.cur != nil && ss.cur.replica && !ss.cur.dead && ss.pinned == ""
+	onReplica := ss.tx != 'I' && ss.cur != nil && ss.cur.replica && !ss.cur.dead
 	ss.mu.Unlock()
 	if !onReplica {
 		return 0
