@@ -1029,7 +1029,6 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 	// longer hold).
 	analyzed := u
 	var (
-		p        unitPlan
 		primaryV health.Verdict
 		class    classPolicy
 		fallback string
@@ -1043,6 +1042,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 	for {
 		if !planned {
 			planned = true
+			var p unitPlan
 			p, primaryV = ss.plan(analyzed)
 			if p.priorJudged {
 				ss.mu.Lock()

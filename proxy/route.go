@@ -438,7 +438,7 @@ type fallbackFacts struct {
 	needsFloor        bool   // the read must see the session's writes (needsFloor)
 	seenBlocked       bool   // only the replicas the session read from may serve it, and they cannot (restrictToSeenLocked)
 	primaryInRecovery bool   // the configured primary reports pg_is_in_recovery()
-	primaryDown       bool   // the primary is unreachable or none is elected (a failover in progress), or a dial to it just failed
+	primaryDown       bool   // the primary's verdict says unreachable, or a dial to it just failed (a failover may be in progress)
 	refreshed         bool   // fallbackRefresh was taken
 	boundTried        bool   // fallbackBound was taken
 	waited            bool   // fallbackWait was taken
