@@ -58,6 +58,11 @@ func TestPgxSuite(t *testing.T) {
 	kineticd := sourceVersion()
 	version, bins := buildPgx(t)
 	c := pgtest.New(t, pgtest.Options{Standbys: 1})
+	if dir := os.Getenv(envOut); dir != "" {
+		// The servers' own logs go with the raw streams (registered after
+		// the cluster, so this runs before it is removed).
+		t.Cleanup(func() { keepServerLogs(t, dir, c) })
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	setupCluster(t, ctx, c)
@@ -94,6 +99,11 @@ func TestPgxSuite(t *testing.T) {
 			for _, j := range judgedRep.Tests {
 				if j.Verdict == vFailed {
 					t.Errorf("%s passes directly but not through kineticd (%s): %s", j.Key, tg.name, j.Line)
+					if r := got[j.Key]; r != nil && len(r.Output) > 0 {
+						// The whole output: a flake seen once in CI must be
+						// diagnosable from CI's log.
+						t.Logf("the output of %s on %s:\n%s", j.Key, tg.name, strings.Join(r.Output, "\n"))
+					}
 				}
 			}
 			for _, e := range judgedRep.NowPassing {
@@ -194,6 +204,25 @@ acquire_timeout_ms = 10000
 		kinetictest.AwaitReadOn(t, ctx, dsn, c.StandbyPorts())
 	}
 	return px
+}
+
+// keepServerLogs copies each server's log into dir (primary.log,
+// standby1.log, ...).
+func keepServerLogs(t *testing.T, dir string, c *pgtest.Cluster) {
+	servers := append([]*pgtest.Server{c.Primary}, c.Standbys...)
+	for i, s := range servers {
+		name := "primary.log"
+		if i > 0 {
+			name = fmt.Sprintf("standby%d.log", i)
+		}
+		b, err := os.ReadFile(s.LogFile)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+		}
+		if err != nil {
+			t.Logf("keeping %s: %v", name, err)
+		}
+	}
 }
 
 func portOf(addr string) int {

@@ -110,9 +110,16 @@ type testResult struct {
 	Outcome outcome
 	// Line is the first error line for a failure (or the skip reason for a
 	// skip); "" for a pass.
-	Line    string
+	Line string
+	// Output is the whole output of a failed test (its subtests
+	// included), at most maxKeptLines from its end, for the report of a
+	// failure nobody can rerun (a flake in CI).
+	Output  []string
 	Elapsed time.Duration
 }
+
+// maxKeptLines bounds testResult.Output.
+const maxKeptLines = 120
 
 // suiteRun is one test binary run against one target.
 type suiteRun struct {
@@ -272,6 +279,7 @@ func parseEvents(pkg string, r io.Reader) *suiteRun {
 			switch res.Outcome {
 			case fail:
 				res.Line = firstErrorLine(output[key])
+				res.Output = lastLines(output[key], maxKeptLines)
 			case skip:
 				res.Line = skipLine(output[key])
 			}
@@ -280,6 +288,7 @@ func parseEvents(pkg string, r io.Reader) *suiteRun {
 	for key, res := range run.Tests {
 		if res.Outcome == "" {
 			res.Line = firstErrorLine(output[key])
+			res.Output = lastLines(output[key], maxKeptLines)
 		}
 	}
 	return run
@@ -385,6 +394,14 @@ func oneLine(s string) string {
 		s = s[:240] + "…"
 	}
 	return s
+}
+
+// lastLines is the last n of lines (a copy).
+func lastLines(lines []string, n int) []string {
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return append([]string(nil), lines...)
 }
 
 func tail(s string, n int) string {
