@@ -272,11 +272,18 @@ func (ss *session) detach(l *link, clientAtBoundary bool) {
 	// client never sent: a reset there would never be answered.
 	skipping := l.failed == l.rfqs+1
 	idle := !busy && !skipping && (l != ss.cur || ss.idleLocked())
+	// A claim still held is a CancelRequest on its way to this server
+	// (cancelRunning), or a unit the session never finished writing. The
+	// cancel may land after the connection went back to its pool and stop
+	// another client's statement there, so a claimed connection is closed
+	// instead. No new claim is taken from now on.
+	claimed := l.claims > 0
+	l.released = true
 	ss.mu.Unlock()
 	if errors.Is(rerr, errReleased) {
 		return // already back in its pool
 	}
-	clean := clientAtBoundary && idle && errors.Is(rerr, errInterrupted)
+	clean := clientAtBoundary && idle && !claimed && errors.Is(rerr, errInterrupted)
 	if !clean && busy && !errors.Is(rerr, errServerGone) {
 		// The client left mid-query: stop the query instead of letting it
 		// run on a connection nobody reads.

@@ -728,8 +728,21 @@ func TestChainAfterFailedReadOnlyTransactionOnReplica(t *testing.T) {
 // statement (pgx TestRowsScanNilThenScanValue got 57014 in the
 // conformance run).
 func TestTxPoolLateCancelStaysWithItsClient(t *testing.T) {
+	for _, routing := range []string{"off", "prefer_replica"} {
+		t.Run(routing, func(t *testing.T) { testTxPoolLateCancel(t, routing) })
+	}
+}
+
+func testTxPoolLateCancel(t *testing.T, routing string) {
 	cl := pgtest.Shared(t)
-	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: 1})
+	p := kinetictest.Params{PoolMode: "transaction", PoolSize: 1}
+	var px *kinetictest.Proxy
+	if routing == "off" {
+		px = kinetictest.Start(t, cl, p)
+	} else {
+		// Both clients' reads share the replica's one connection.
+		px = routedProxy(t, cl, p)
+	}
 	ctx := ctxT(t, 60*time.Second)
 	canceller, err := pgconn.Connect(ctx, px.AppDSN())
 	if err != nil {
