@@ -1,13 +1,17 @@
 package proxy
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
+
+	"github.com/pg-kinetic/pg-kinetic/pool"
 )
 
 // cancelKey is the BackendKeyData a client was given. In session pooling the
@@ -58,7 +62,17 @@ func (ss *session) cancelRunning(timedOut time.Time) {
 		l = ss.primary
 	}
 	stale := !timedOut.IsZero() && (ss.pending == 0 || !ss.tmo.unitAt.Equal(timedOut))
-	if l == nil || stale || ss.txPool && ss.idleLocked() || !l.claimLocked() {
+	idle := l == nil || stale || ss.txPool && ss.idleLocked()
+	if timedOut.IsZero() && ss.queueCancel != nil && (idle || l.batches == l.rfqs && !(l == ss.cur && ss.unsynced)) {
+		// Nothing runs, and the unit the client waits on waits for a
+		// server connection: it fails with 57014 and never runs (as
+		// PostgreSQL would have cancelled it running), instead of
+		// running later for a client that gave up on it.
+		ss.queueCancel(errQueuedCancel)
+		ss.mu.Unlock()
+		return
+	}
+	if idle || !l.claimLocked() {
 		// Nothing runs for the session (in transaction pooling its last
 		// connection may serve another client by now: a cancel there
 		// would stop that client's statement).
@@ -83,6 +97,35 @@ func (ss *session) cancelRunning(timedOut time.Time) {
 		ss.readers.Broadcast() // awaitTimeoutCancel
 		ss.mu.Unlock()
 	}
+}
+
+// errQueuedCancel ends a unit's wait for a server connection: its
+// client's CancelRequest arrived during the wait (cancelRunning).
+var errQueuedCancel = errors.New("canceled by the client while waiting for a server connection")
+
+// queryCanceled is what a unit cancelled before it ran is answered with:
+// PostgreSQL's own words for a cancelled statement.
+func queryCanceled() *pgproto3.ErrorResponse {
+	return errorf(codeQueryCanceled, "canceling statement due to user request")
+}
+
+// acquireConn takes a connection from p for the session's next unit. A
+// CancelRequest of the client during the wait ends it with
+// errQueuedCancel.
+func (ss *session) acquireConn(p *pool.Pool) (*pool.Conn, error) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	ss.mu.Lock()
+	ss.queueCancel = cancel
+	ss.mu.Unlock()
+	c, err := p.Acquire(ctx)
+	ss.mu.Lock()
+	ss.queueCancel = nil
+	ss.mu.Unlock()
+	if err != nil && errors.Is(context.Cause(ctx), errQueuedCancel) {
+		return nil, errQueuedCancel
+	}
+	return c, err
 }
 
 // sendCancel opens a plain connection to addr and sends a CancelRequest.

@@ -206,7 +206,10 @@ func (ss *session) acquire(addr string) (*pool.Conn, *pool.Pool, error) {
 	if err != nil {
 		return nil, nil, ss.connectError(addr, err)
 	}
-	c, err := p.Acquire(ctx)
+	c, err := ss.acquireConn(p)
+	if errors.Is(err, errQueuedCancel) {
+		return nil, nil, err
+	}
 	if err != nil {
 		return nil, nil, ss.connectError(addr, err)
 	}
@@ -425,6 +428,9 @@ func (ss *session) primaryLink() (*link, error) {
 		err = &clientError{severity: "ERROR", code: codeConnectionFailure, detail: why}
 	} else {
 		c, p, err = ss.acquire(addr)
+	}
+	if errors.Is(err, errQueuedCancel) {
+		return nil, err
 	}
 	if err != nil {
 		// The session survives (its reads go on); this unit fails.

@@ -1083,6 +1083,9 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		if d.target == targetPrimary {
 			var err error
 			if l, err = ss.primaryLink(); err != nil {
+				if errors.Is(err, errQueuedCancel) {
+					return nil, ss.failUnit(queryCanceled(), open)
+				}
 				if ce, ok := err.(*clientError); ok && ce.severity == "FATAL" {
 					return nil, ce // the session ends (a primary change under its transaction)
 				}
@@ -1117,6 +1120,9 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		} else {
 			var err error
 			if l, err = ss.replicaLink(d.addr); err != nil {
+				if errors.Is(err, errQueuedCancel) {
+					return nil, ss.failUnit(queryCanceled(), open)
+				}
 				// The replica refused: skip it for a while and decide
 				// again, with the same unit, elsewhere (fallback_policy
 				// applies).

@@ -371,9 +371,9 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := p.Acquire(context.Background())
+	c, err := ss.acquireConn(p)
 	if err != nil {
-		if !errors.Is(err, pool.ErrPoolTimeout) {
+		if !errors.Is(err, pool.ErrPoolTimeout) && !errors.Is(err, errQueuedCancel) {
 			d := ss.srv.backoff.failed(addr, time.Now())
 			ss.log.Warn("replica refused a connection; skipping it", zap.String("server", addr),
 				zap.Duration("for", d), zap.Error(err))

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"crypto/x509"
 	"hash/maphash"
 	"net"
@@ -222,6 +223,11 @@ type session struct {
 	// and its reader is finding out whether the server is up (then the
 	// backend was terminated, and so is the session); units wait.
 	checkingPrimary bool
+	// queueCancel ends the wait of a unit for a server connection
+	// (acquireConn) with errQueuedCancel: a CancelRequest that arrives
+	// while nothing of the session runs (cancelRunning). Set only during
+	// that wait.
+	queueCancel context.CancelCauseFunc
 	// midBatch: buffer is writing inside a client's extended batch, where
 	// no simple Query may be injected (session goroutine).
 	midBatch bool

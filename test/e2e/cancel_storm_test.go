@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -185,4 +186,79 @@ func testCancelRacingClose(t *testing.T, routing string) {
 		t.Fatal(failure)
 	}
 	t.Logf("%d statements of the other client, none cancelled; %d cancel-and-close rounds", n, rounds.Load())
+}
+
+// TestCancelWhileWaitingForAConnection: in transaction pooling, a client
+// whose statement waits for a server connection (the pool's one
+// connection is in another client's transaction) sends a CancelRequest.
+// The statement fails with 57014 at once and never runs; the session
+// goes on. Before, the cancel found nothing running and was dropped: the
+// INSERT ran once the connection came free, for a client that had given
+// up on it (and, with many such clients, ahead of clients still waiting).
+func TestCancelWhileWaitingForAConnection(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	direct := connect(t, ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
+	if _, err := direct.Exec(ctx, "DROP TABLE IF EXISTS cancel_queued; CREATE TABLE cancel_queued (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = direct.Exec(context.Background(), "DROP TABLE cancel_queued") })
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: 1, AcquireTimeout: 30000})
+	waiter, err := pgconn.Connect(ctx, px.AppDSN()) // logs in while the connection is free
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close(context.Background())
+	holder := connect(t, ctx, px.AppDSN())
+	if _, err := holder.Exec(ctx, "begin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "select 1"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Exec(ctx, "insert into cancel_queued values (1)").ReadAll()
+		done <- err
+	}()
+	awaitCond(t, 10*time.Second, "the INSERT to wait for the pool", func() (bool, error) {
+		return poolWaiting(t, px) > 0, nil
+	})
+	if err := waiter.CancelRequest(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if pgCode(err) != "57014" {
+			t.Fatalf("the cancelled INSERT: %v, want 57014", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the CancelRequest did not end the INSERT's wait for a server connection")
+	}
+	if _, err := holder.Exec(ctx, "commit"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := waiter.Exec(ctx, "select count(*) from cancel_queued").ReadAll()
+	if err != nil {
+		t.Fatalf("the session after its cancelled statement: %v", err)
+	}
+	if got := string(res[0].Rows[0][0]); got != "0" {
+		t.Fatalf("rows in cancel_queued: %s, want 0 (the cancelled INSERT ran)", got)
+	}
+}
+
+// poolWaiting is the number of units waiting for a server connection
+// (SHOW POOLS).
+func poolWaiting(t *testing.T, px *kinetictest.Proxy) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n := 0
+	for _, r := range adminExec(t, ctx, px, "SHOW POOLS") {
+		if len(r) > 6 {
+			v, _ := strconv.Atoi(r[6]) // waiting
+			n += v
+		}
+	}
+	return n
 }
