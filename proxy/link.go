@@ -1006,12 +1006,15 @@ func (ss *session) reportResets(l *link) error {
 // recorded in serverState) and true is returned: the reader ends. While
 // the session goroutine still claims l (it is writing to it), the reader
 // waits here rather than in a socket read, so the claim's end can still
-// release it.
+// release it. A retryable read whose answer has begun reaching the client
+// (answered) does not hold l: the session goroutine may not have seen
+// that yet, and nothing would wake this reader again once it has (an
+// idle client kept the connection until its next statement).
 func (ss *session) releaseIdle(l *link) bool {
 	ss.mu.Lock()
 	for {
 		if l.pool == nil || ss.killed || l.stopping || l.batches != l.rfqs || len(l.swallow) > 0 ||
-			ss.awaiting == l || l == ss.cur && (ss.tx != 'I' || ss.unsynced) || !l.replica && ss.pinned != "" {
+			ss.awaiting == l && !ss.answered || l == ss.cur && (ss.tx != 'I' || ss.unsynced) || !l.replica && ss.pinned != "" {
 			ss.mu.Unlock()
 			return false
 		}

@@ -734,15 +734,7 @@ func TestTxPoolLateCancelStaysWithItsClient(t *testing.T) {
 }
 
 func testTxPoolLateCancel(t *testing.T, routing string) {
-	cl := pgtest.Shared(t)
-	p := kinetictest.Params{PoolMode: "transaction", PoolSize: 1}
-	var px *kinetictest.Proxy
-	if routing == "off" {
-		px = kinetictest.Start(t, cl, p)
-	} else {
-		// Both clients' reads share the replica's one connection.
-		px = routedProxy(t, cl, p)
-	}
+	px := txPoolProxy(t, routing, kinetictest.Params{PoolSize: 1})
 	ctx := ctxT(t, 60*time.Second)
 	canceller, err := pgconn.Connect(ctx, px.AppDSN())
 	if err != nil {

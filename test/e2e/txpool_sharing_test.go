@@ -28,17 +28,10 @@ import (
 func TestCancelStormStaysWithItsClients(t *testing.T) {
 	for _, routing := range []string{"off", "prefer_replica"} {
 		t.Run(routing, func(t *testing.T) {
-			cl := pgtest.Shared(t)
 			// Clients that gave up still wait for a connection (and run
 			// their statement): long waits here are queueing, not the
 			// failure this test looks for.
-			p := kinetictest.Params{PoolMode: "transaction", PoolSize: 2, MaxClientConn: 2000, AcquireTimeout: 30000}
-			var px *kinetictest.Proxy
-			if routing == "off" {
-				px = kinetictest.Start(t, cl, p)
-			} else {
-				px = routedProxy(t, cl, p)
-			}
+			px := txPoolProxy(t, routing, kinetictest.Params{PoolSize: 2, MaxClientConn: 2000, AcquireTimeout: 30000})
 			ctx := ctxT(t, 90*time.Second)
 			const victims, cancellers = 3, 4
 			stop := make(chan struct{})
@@ -136,14 +129,7 @@ func TestCancelRacingCloseStaysWithItsClient(t *testing.T) {
 }
 
 func testCancelRacingClose(t *testing.T, routing string) {
-	cl := pgtest.Shared(t)
-	p := kinetictest.Params{PoolMode: "transaction", PoolSize: 1, MaxClientConn: 2000, AcquireTimeout: 30000}
-	var px *kinetictest.Proxy
-	if routing == "off" {
-		px = kinetictest.Start(t, cl, p)
-	} else {
-		px = routedProxy(t, cl, p)
-	}
+	px := txPoolProxy(t, routing, kinetictest.Params{PoolSize: 1, MaxClientConn: 2000, AcquireTimeout: 30000})
 	ctx := ctxT(t, 60*time.Second)
 	victim := connect(t, ctx, px.AppDSN())
 	stop := make(chan struct{})
@@ -247,18 +233,64 @@ func TestCancelWhileWaitingForAConnection(t *testing.T) {
 	}
 }
 
+// txPoolProxy starts kineticd in transaction pooling on the shared
+// cluster, with read routing to its standbys unless routing is "off".
+func txPoolProxy(t *testing.T, routing string, p kinetictest.Params) *kinetictest.Proxy {
+	t.Helper()
+	cl := pgtest.Shared(t)
+	p.PoolMode = "transaction"
+	if routing == "off" {
+		return kinetictest.Start(t, cl, p)
+	}
+	return routedProxy(t, cl, p)
+}
+
 // poolWaiting is the number of units waiting for a server connection
 // (SHOW POOLS).
 func poolWaiting(t *testing.T, px *kinetictest.Proxy) int {
+	t.Helper()
+	return poolColumn(t, px, 6)
+}
+
+// poolColumn sums column col of SHOW POOLS over its rows.
+func poolColumn(t *testing.T, px *kinetictest.Proxy, col int) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	n := 0
 	for _, r := range adminExec(t, ctx, px, "SHOW POOLS") {
-		if len(r) > 6 {
-			v, _ := strconv.Atoi(r[6]) // waiting
+		if len(r) > col {
+			v, _ := strconv.Atoi(r[col])
 			n += v
 		}
 	}
 	return n
+}
+
+// TestIdleClientHoldsNoReplicaConnection: in transaction pooling a client
+// whose read ran on a replica and who then sends nothing holds no server
+// connection. Before the fix the replica's connection stayed with the
+// idle client whenever its answer's ReadyForQuery came before the session
+// had noted that the answer began (a race the fast reads here win most
+// of the time): other clients waited for that replica until the idle one
+// spoke again or acquire_timeout_ms ran out.
+func TestIdleClientHoldsNoReplicaConnection(t *testing.T) {
+	px := txPoolProxy(t, "prefer_replica", kinetictest.Params{PoolSize: 1})
+	ctx := ctxT(t, 60*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	for i := range 10 {
+		var n int
+		if err := c.QueryRow(ctx, "select 1").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		awaitCond(t, 5*time.Second, fmt.Sprintf("read %d: the idle client's server connections back in their pools", i), func() (bool, error) {
+			return poolActive(t, px) == 0, nil
+		})
+	}
+}
+
+// poolActive is the number of server connections on loan (SHOW POOLS).
+func poolActive(t *testing.T, px *kinetictest.Proxy) int {
+	t.Helper()
+	return poolColumn(t, px, 4)
 }
