@@ -1864,6 +1864,9 @@ func (ss *session) recordEffects(ds []*classified) {
 	defer ss.mu.Unlock()
 	for _, dec := range ds {
 		for _, st := range dec.Statements {
+			if st.Tx == classify.TxEnd && !st.Rollback && st.Effect == classify.EffectNone {
+				ss.effects = append(ss.effects, effect{commit: true, seq: ss.unitSeq})
+			}
 			switch st.Effect {
 			case classify.EffectPin:
 				ss.pinned = reasonSessionPinned
@@ -1973,9 +1976,22 @@ func (ss *session) endEffects(upTo uint64, ok bool) {
 	for n < len(ss.effects) && ss.effects[n].seq < upTo {
 		n++
 	}
-	done, later := ss.effects[:n], ss.effects[n:]
+	ss.settleEffects(n, n, ok)
+}
+
+// settleEffects applies (ok) or drops the first n of the session's
+// effects, and removes the first drop of them (drop ≥ n: a COMMIT's
+// marker goes with what it committed). Callers hold ss.mu.
+func (ss *session) settleEffects(n, drop int, ok bool) {
+	done, later := ss.effects[:n], ss.effects[drop:]
+	if !slices.ContainsFunc(done, func(e effect) bool { return !e.commit }) {
+		done = nil // (markers alone change nothing)
+	}
 	if ok && len(done) > 0 {
 		for _, e := range done {
+			if e.commit {
+				continue
+			}
 			switch e.kind {
 			case classify.EffectSet:
 				ss.applySetting(e.setting)

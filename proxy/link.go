@@ -1256,7 +1256,7 @@ func (ss *session) commandComplete(body []byte) {
 	if string(tag) != ss.lastTag {
 		ss.lastTag = string(tag)
 	}
-	if ss.lastTag == "COMMIT" && ss.tx != 'I' {
+	if ss.lastTag == "COMMIT" {
 		ss.committedLocked()
 	}
 	ss.mu.Unlock()
@@ -1268,7 +1268,17 @@ func (ss *session) commandComplete(body []byte) {
 // COMMIT, in the same batch, rolls back only what follows it). Callers
 // hold ss.mu.
 func (ss *session) committedLocked() {
-	if len(ss.effects) == 0 || ss.effects[0].seq >= ss.doneSeq {
+	if i := slices.IndexFunc(ss.effects, func(e effect) bool { return e.commit }); i >= 0 {
+		// The COMMIT's place among the effects is known: what the
+		// session did before it is kept, also in this unit, also when
+		// the block was the batch's implicit one (PostgreSQL commits it,
+		// with a warning) and an error follows in the same batch.
+		unitErr, restored, moved := ss.unitErr, ss.restored, ss.movedEffects
+		ss.settleEffects(i, i+1, true)
+		ss.unitErr, ss.restored, ss.movedEffects = unitErr, restored, moved
+		return
+	}
+	if ss.tx == 'I' || len(ss.effects) == 0 || ss.effects[0].seq >= ss.doneSeq {
 		return
 	}
 	unitErr, restored, moved := ss.unitErr, ss.restored, ss.movedEffects

@@ -57,6 +57,10 @@ type effect struct {
 	kind    classify.Effect
 	setting classify.Setting
 	seq     uint64 // the unit it belongs to (session.unitSeq when it was routed)
+	// commit marks where a COMMIT (END, COMMIT AND CHAIN) stands among
+	// the effects: when its CommandComplete arrives, the effects before
+	// it are kept whatever follows in the same batch (committed).
+	commit bool
 }
 
 // cstring splits a NUL-terminated string off b.
