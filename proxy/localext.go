@@ -85,6 +85,11 @@ type localSplit struct {
 	// ROLLBACK TO): every portal made before one is gone once it ran, the
 	// proxy's too.
 	blockEnds []int
+	// exits marks the Binds answered here (into a portal name taken) of
+	// a statement that may run in a failed transaction (COMMIT,
+	// ROLLBACK [TO], PREPARE TRANSACTION): PostgreSQL checks the portal
+	// name for them, where any other gets 25P02.
+	exits map[int]bool
 }
 
 // localPlan marks which messages of a batch the proxy answers itself,
@@ -135,6 +140,7 @@ func (ss *session) localPlan(b *batch) *localSplit {
 	plan := &localSplit{local: make([]bool, len(b.msgs))}
 	found := false
 	ends := map[string]bool{}       // statement names Parsed in b, to a server: one that ends a block
+	exits := map[string]bool{}      // and one that may run in a failed transaction
 	portalEnds := map[string]bool{} // server portals bound in b: to one that does
 	for i, m := range b.msgs {
 		body := b.body(m)
@@ -151,9 +157,11 @@ func (ss *session) localPlan(b *batch) *localSplit {
 			} else if name == "" {
 				delete(stmts, "")
 				ends[""] = txWord(q) == 'e'
+				exits[""] = exitsFailedTx(q)
 			} else {
 				local = stmts[name] // already exists: answered with 42P05
 				ends[name] = !local && txWord(q) == 'e'
+				exits[name] = !local && exitsFailedTx(q)
 			}
 		case 'B':
 			portal, rest, err := cstring(body)
@@ -171,6 +179,22 @@ func (ss *session) localPlan(b *batch) *localSplit {
 				delete(portals, "")
 			} else {
 				local = portals[portal] // already exists: 42P03
+				if local {
+					exit, ok := exits[stmt]
+					if !ok { // prepared before this batch
+						parse := ss.client.unnamed.parse
+						if stmt != "" {
+							parse = ss.client.stmts[stmt].parse
+						}
+						exit = parse != "" && exitsFailedTx(queryOf(parse))
+					}
+					if exit {
+						if plan.exits == nil {
+							plan.exits = map[int]bool{}
+						}
+						plan.exits[i] = true
+					}
+				}
 			}
 			if !local {
 				end, ok := ends[stmt]
@@ -314,7 +338,7 @@ func (ss *session) runWithLocal(b *batch, plan *localSplit, l *link) (open *link
 			}
 			clear(ss.client.kportals)
 		}
-		if e := ss.answerLocal(b.msgs[i].typ, b.body(b.msgs[i])); e != nil {
+		if e := ss.answerLocal(b.msgs[i].typ, b.body(b.msgs[i]), plan.exits[i]); e != nil {
 			ss.mu.Lock()
 			ss.unitErr, ss.errDone = true, ss.doneSeq
 			abort := ss.tx == 'T' && l == nil
@@ -444,7 +468,10 @@ const (
 
 // answerLocal answers one local message of the extended protocol and
 // returns the error it fails with, if any.
-func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
+//
+// exit: a Bind of a server statement that may run in a failed transaction
+// (localSplit.exits).
+func (ss *session) answerLocal(typ byte, body []byte, exit bool) *pgproto3.ErrorResponse {
 	if ss.client.kstmts == nil {
 		ss.client.kstmts, ss.client.kportals = map[string]kcmd{}, map[string]kportal{}
 	}
@@ -478,6 +505,12 @@ func (ss *session) answerLocal(typ byte, body []byte) *pgproto3.ErrorResponse {
 			var bd pgproto3.Bind
 			if err := bd.Decode(body); err == nil && len(bd.Parameters) > 0 {
 				return bindParamsErr(&bd)
+			}
+			if exit && bd.DestinationPortal != "" {
+				// Its portal name is taken (localPlan): a COMMIT or
+				// ROLLBACK passes the failed-transaction check, and
+				// the portal's creation fails.
+				return protoErr("42P03", "cursor %q already exists", bd.DestinationPortal)
 			}
 			return abortedTx()
 		default:
@@ -691,6 +724,23 @@ func txWords(b *batch) byte {
 func bindParamsErr(bd *pgproto3.Bind) *pgproto3.ErrorResponse {
 	return errorf(codeProtocolViolation, "bind message supplies %d parameters, but prepared statement %q requires 0",
 		len(bd.Parameters), bd.PreparedStatement)
+}
+
+// exitsFailedTx reports whether text is a statement PostgreSQL runs in a
+// failed transaction (its IsTransactionExitStmt: COMMIT, END, ROLLBACK,
+// ABORT, ROLLBACK TO, PREPARE TRANSACTION).
+func exitsFailedTx(text string) bool {
+	f := strings.Fields(strings.ToLower(strings.TrimRight(strings.TrimSpace(text), ";")))
+	if len(f) == 0 {
+		return false
+	}
+	switch f[0] {
+	case "commit", "end", "abort", "rollback":
+		return true
+	case "prepare":
+		return len(f) > 1 && f[1] == "transaction"
+	}
+	return false
 }
 
 // txWord is txWords for one text.
