@@ -539,6 +539,17 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 			switch m.typ {
 			case 'P':
 				n, _ = parseName(body)
+				if n != "" && !own[n] {
+					// A Parse of a name the client PREPAREd: the server
+					// must hold that one to refuse the Parse (42P05).
+					if _, parsed := ss.client.stmts[n]; !parsed {
+						if _, prepared := ss.client.sqlPrepared[n]; prepared {
+							if err := ss.ensureSQLStatement(l, n, useOf(i, 'P')); err != nil {
+								return err
+							}
+						}
+					}
+				}
 			case 'C':
 				if kind, cn, err := describeTarget(body); err == nil && kind == 'S' {
 					n = cn
