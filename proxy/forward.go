@@ -1908,6 +1908,27 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 	ss.mu.Lock()
 	key, dgen := ss.settingsKey, ss.discardGen
 	st := l.st
+	inUnit := "" // settings to make inside the unit's transaction
+	if ss.movedEffects {
+		// The rest of a unit whose first part ran on a replica: its SETs
+		// so far must hold here too, in the unit's own transaction (the
+		// implicit one, or the block a BEGIN of the unit opened): a
+		// failure undoes them, and the server reports the undone
+		// values, as directly.
+		if moved := ss.movedSettingsKeyLocked(); moved != key {
+			switch {
+			case st.settings == moved: // made there already
+				key = moved
+			case ss.tx != 'I':
+				// (Inside a block nothing is replayed: what it holds is
+				// the block's.)
+			case ss.pendingResetsLocked():
+				key = moved // (not replayable in it: made before it)
+			default:
+				inUnit = moved
+			}
+		}
+	}
 	// The session's DEALLOCATE ALL reaches every server it uses; one that
 	// holds none of its statements only needs to be marked.
 	discard := dgen > 0 && (st.discardOwner != ss.id || st.discardGen != dgen)
@@ -1942,13 +1963,57 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 			return errServerGone
 		}
 	}
-	if ss.deferred != "" {
+	block := ss.deferred != ""
+	if block {
 		if err := ss.inject(l, &pgproto3.Query{String: ss.deferred}, 'Z'); err != nil {
 			return errServerGone
 		}
 		ss.deferred = ""
 	}
+	if inUnit != "" {
+		if err := ss.injectInUnit(l, inUnit, block); err != nil {
+			return errServerGone
+		}
+		ss.mu.Lock()
+		st.settings = inUnit // (until the unit ends: then unknown, endEffects)
+		ss.mu.Unlock()
+	}
 	return nil
+}
+
+// injectInUnit runs query (one statement) on l ahead of the client's
+// messages, inside the transaction they run in: after the deferred BEGIN
+// (block) as a simple Query, else in the batch's implicit transaction as
+// extended messages without a Sync. Its answers are dropped.
+func (ss *session) injectInUnit(l *link, query string, block bool) error {
+	if block {
+		return ss.inject(l, &pgproto3.Query{String: query}, 'Z')
+	}
+	if err := ss.inject(l, &pgproto3.Parse{Query: query}, '1'); err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	l.st.unnamed = "" // (the client's is Parsed again before its use)
+	ss.mu.Unlock()
+	if err := ss.inject(l, &pgproto3.Bind{}, '2'); err != nil {
+		return err
+	}
+	if err := ss.inject(l, &pgproto3.Execute{}, 'D'); err != nil {
+		return err
+	}
+	ss.mu.Lock()
+	l.swallow = append(l.swallow, expect{kind: 'C', batch: l.batches})
+	ss.mu.Unlock()
+	return nil
+}
+
+// pendingResetsLocked reports whether the session's pending effects hold
+// a RESET ALL or DISCARD ALL, which set_config cannot replay inside a
+// block. Callers hold ss.mu.
+func (ss *session) pendingResetsLocked() bool {
+	return slices.ContainsFunc(ss.effects, func(e effect) bool {
+		return !e.commit && (e.kind == classify.EffectDiscardAll || e.kind == classify.EffectSet && e.setting.Reset && e.setting.Name == "")
+	})
 }
 
 // unitEnded applies the effects of a unit that reached an idle point.
@@ -2075,28 +2140,52 @@ func hasDiscard(es []effect) bool {
 // applySetting records a SET/RESET in the session's settings. Callers hold
 // ss.mu.
 func (ss *session) applySetting(s classify.Setting) {
+	ss.session = withSetting(ss.session, ss.startup, s)
+}
+
+// withSetting returns session (the session's settings, reused) with s
+// applied; startup holds the client's startup values, which RESET
+// returns to.
+func withSetting(session, startup []setting, s classify.Setting) []setting {
 	name := strings.ToLower(s.Name)
 	if s.Reset && name == "" { // RESET ALL
-		ss.session = nil
-		return
+		return nil
 	}
-	kept := ss.session[:0]
-	for _, x := range ss.session {
+	kept := session[:0]
+	for _, x := range session {
 		if strings.ToLower(x.name) != name {
 			kept = append(kept, x)
 		}
 	}
-	ss.session = kept
 	if !s.Reset {
-		ss.session = append(ss.session, setting{name: s.Name, value: s.Value})
-	} else {
-		// RESET returns to the startup value, which set_config replays.
-		for _, st := range ss.startup {
-			if strings.ToLower(st.name) == name {
-				ss.session = append(ss.session, st)
-			}
+		return append(kept, setting{name: s.Name, value: s.Value})
+	}
+	// RESET returns to the startup value, which set_config replays.
+	for _, st := range startup {
+		if strings.ToLower(st.name) == name {
+			kept = append(kept, st)
 		}
 	}
+	return kept
+}
+
+// movedSettingsKeyLocked is the settings a server that takes over the rest
+// of a unit from a replica (endReplicaStream) needs: the session's, with
+// the SETs still pending, which the replica's part ran (inside the unit's
+// transaction on PostgreSQL: a BEGIN after them keeps them in the block).
+// Callers hold ss.mu.
+func (ss *session) movedSettingsKeyLocked() string {
+	sess := slices.Clone(ss.session)
+	for _, e := range ss.effects {
+		switch {
+		case e.commit:
+		case e.kind == classify.EffectSet:
+			sess = withSetting(sess, ss.startup, e.setting)
+		case e.kind == classify.EffectDiscardAll:
+			sess = nil
+		}
+	}
+	return settingsQuery(append(slices.Clip(ss.startup), sess...))
 }
 
 // awaitReadyForQuery waits, at most 2 s, until l's server has answered
