@@ -1864,8 +1864,8 @@ func (ss *session) recordEffects(ds []*classified) {
 	defer ss.mu.Unlock()
 	for _, dec := range ds {
 		for _, st := range dec.Statements {
-			if st.Tx == classify.TxEnd && !st.Rollback && st.Effect == classify.EffectNone {
-				ss.effects = append(ss.effects, effect{commit: true, seq: ss.unitSeq})
+			if st.Tx == classify.TxEnd && st.Effect == classify.EffectNone {
+				ss.effects = append(ss.effects, effect{commit: !st.Rollback, rollback: st.Rollback, seq: ss.unitSeq})
 			}
 			switch st.Effect {
 			case classify.EffectPin:
@@ -1915,13 +1915,14 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 		// implicit one, or the block a BEGIN of the unit opened): a
 		// failure undoes them, and the server reports the undone
 		// values, as directly.
-		if moved := ss.movedSettingsKeyLocked(); moved != key {
+		if ss.tx != 'I' {
+			// Inside the block the rest opened nothing is replayed:
+			// what the server holds is the block's.
+			key = st.settings
+		} else if moved := ss.movedSettingsKeyLocked(); moved != key {
 			switch {
 			case st.settings == moved: // made there already
 				key = moved
-			case ss.tx != 'I':
-				// (Inside a block nothing is replayed: what it holds is
-				// the block's.)
 			case ss.pendingResetsLocked():
 				key = moved // (not replayable in it: made before it)
 			default:
@@ -2012,7 +2013,7 @@ func (ss *session) injectInUnit(l *link, query string, block bool) error {
 // block. Callers hold ss.mu.
 func (ss *session) pendingResetsLocked() bool {
 	return slices.ContainsFunc(ss.effects, func(e effect) bool {
-		return !e.commit && (e.kind == classify.EffectDiscardAll || e.kind == classify.EffectSet && e.setting.Reset && e.setting.Name == "")
+		return e.seq == ss.unitSeq && !e.marker() && (e.kind == classify.EffectDiscardAll || e.kind == classify.EffectSet && e.setting.Reset && e.setting.Name == "")
 	})
 }
 
@@ -2049,12 +2050,12 @@ func (ss *session) endEffects(upTo uint64, ok bool) {
 // marker goes with what it committed). Callers hold ss.mu.
 func (ss *session) settleEffects(n, drop int, ok bool) {
 	done, later := ss.effects[:n], ss.effects[drop:]
-	if !slices.ContainsFunc(done, func(e effect) bool { return !e.commit }) {
+	if !slices.ContainsFunc(done, func(e effect) bool { return !e.marker() }) {
 		done = nil // (markers alone change nothing)
 	}
 	if ok && len(done) > 0 {
 		for _, e := range done {
-			if e.commit {
+			if e.marker() {
 				continue
 			}
 			switch e.kind {
@@ -2175,10 +2176,15 @@ func withSetting(session, startup []setting, s classify.Setting) []setting {
 // transaction on PostgreSQL: a BEGIN after them keeps them in the block).
 // Callers hold ss.mu.
 func (ss *session) movedSettingsKeyLocked() string {
+	// Only the unit's own (those of earlier units belong to a block the
+	// unit's part on the replica ended, or that failed), and none a
+	// ROLLBACK of the unit undid.
 	sess := slices.Clone(ss.session)
 	for _, e := range ss.effects {
 		switch {
-		case e.commit:
+		case e.seq != ss.unitSeq || e.commit:
+		case e.rollback:
+			sess = slices.Clone(ss.session)
 		case e.kind == classify.EffectSet:
 			sess = withSetting(sess, ss.startup, e.setting)
 		case e.kind == classify.EffectDiscardAll:

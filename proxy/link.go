@@ -35,7 +35,8 @@ type link struct {
 
 	// swallow lists responses to messages the proxy injected, which the
 	// client must not see, in the order the server sends them.
-	swallow []expect
+	swallow  []expect
+	injected uint64 // messages injected so far (ensureStatementSynced)
 	// batches counts Sync/Query sent (each answered by one ReadyForQuery);
 	// rfqs counts ReadyForQuery received. expect.batch ties an injected
 	// message to the ReadyForQuery that ends its batch.

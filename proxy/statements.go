@@ -61,7 +61,13 @@ type effect struct {
 	// the effects: when its CommandComplete arrives, the effects before
 	// it are kept whatever follows in the same batch (committed).
 	commit bool
+	// rollback marks where a ROLLBACK (ABORT) stands: what the unit did
+	// before it in its block is undone (movedSettingsKeyLocked).
+	rollback bool
 }
+
+// marker reports whether e only marks a place among the effects.
+func (e effect) marker() bool { return e.commit || e.rollback }
 
 // cstring splits a NUL-terminated string off b.
 func cstring(b []byte) (string, []byte, error) {
@@ -147,12 +153,14 @@ func (ss *session) injectUndo(l *link, msg wire.Encoder, drop byte, undo *stmtOp
 	}
 	ss.mu.Lock()
 	l.swallow = append(l.swallow, expect{kind: drop, batch: l.batches, undo: undo})
+	l.injected++
 	if drop == 'Z' {
 		l.batches++
 		l.sent = 0
 		l.executed = false
 	}
 	if _, simple := msg.(*pgproto3.Query); simple {
+
 		// A simple Query destroys the server's unnamed statement: the
 		// client's is Parsed again before its next Bind or Describe.
 		l.st.unnamed = ""
@@ -653,13 +661,15 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 // the client's Query waiting for a Sync that never comes.
 func (ss *session) ensureStatementSynced(l *link, name string) error {
 	ss.mu.Lock()
-	before := len(l.swallow)
+	before := l.injected
 	ss.mu.Unlock()
 	if err := ss.ensureStatement(l, name, 0); err != nil {
 		return err
 	}
 	ss.mu.Lock()
-	injected := len(l.swallow) > before
+	// (Counted, not read off the queue: a re-Parse whose shape is
+	// checked has been answered already, and left it.)
+	injected := l.injected > before
 	ss.mu.Unlock()
 	if !injected {
 		return nil
