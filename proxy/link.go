@@ -182,6 +182,10 @@ type expect struct {
 	// reach the client before its own next ReadyForQuery, where the
 	// server would have sent them.
 	keepParams bool
+	// undoneParams: the ParameterStatus messages before the ReadyForQuery
+	// report SETs the failure of the block undid (abortServerTx): they
+	// reach the client before the proxy's ReadyForQuery (send).
+	undoneParams bool
 	// undo, for an injected statement the proxy recorded as done on the
 	// server (a re-prepare), takes the record back if it fails or is
 	// skipped.
@@ -509,6 +513,11 @@ func (ss *session) dropMessage(l *link, h wire.Header, st relayStep, body []byte
 					ss.mu.Lock()
 					ss.heldParams = append(ss.heldParams, ps)
 					ss.mu.Unlock()
+				}
+				if st.head.undoneParams {
+					ss.wmu.Lock()
+					ss.undoneParams = append(ss.undoneParams, ps)
+					ss.wmu.Unlock()
 				}
 			}
 		case 'E':

@@ -128,9 +128,17 @@ func (ss *session) abortServerTx() error {
 	if err := ss.inject(l, &pgproto3.Query{String: "pg_kinetic: a proxy-answered statement failed"}, 'Z'); err != nil {
 		return errServerGone
 	}
+	ss.mu.Lock()
+	l.swallow[len(l.swallow)-1].undoneParams = true
+	want := l.batches
+	ss.mu.Unlock()
 	if err := l.conn.W.Flush(); err != nil {
 		return errServerGone
 	}
+	// Its answer first (one round trip, on this rare path): the server
+	// reports the values the failed block's SETs had changed, which the
+	// client gets before the ReadyForQuery the proxy sends.
+	ss.awaitReadyForQuery(l, want)
 	return nil
 }
 

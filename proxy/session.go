@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"hash/maphash"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -145,6 +146,11 @@ type session struct {
 	// heldParams: ParameterStatus for the client from a Sync of the
 	// proxy's own (reportHeldParams).
 	heldParams []pgproto3.ParameterStatus
+	// undoneParams: ParameterStatus a server sent when the proxy failed
+	// its transaction block (abortServerTx: the block's SETs undone), for
+	// the client before its next ReadyForQuery, which the proxy sends
+	// (send). Under wmu.
+	undoneParams []pgproto3.ParameterStatus
 	// resetHeld: ParameterStatus of a batch with a RESET, sent at its
 	// ReadyForQuery (reportResets). Under wmu.
 	resetHeld   []pgproto3.ParameterStatus
@@ -309,6 +315,25 @@ type session struct {
 func (ss *session) send(msgs ...wire.Encoder) error {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
+	if len(ss.undoneParams) > 0 {
+		if i := slices.IndexFunc(msgs, func(m wire.Encoder) bool { _, ok := m.(*pgproto3.ReadyForQuery); return ok }); i >= 0 {
+			// Where the server would have sent them: before the
+			// ReadyForQuery that ends the failed batch.
+			var ps []wire.Encoder
+			for j := range ss.undoneParams {
+				p := &ss.undoneParams[j]
+				if last, ok := ss.reported[p.Name]; ok && last == p.Value {
+					continue
+				}
+				if ss.reported != nil {
+					ss.reported[p.Name] = p.Value
+				}
+				ps = append(ps, p)
+			}
+			ss.undoneParams = nil
+			msgs = slices.Concat(msgs[:i:i], ps, msgs[i:])
+		}
+	}
 	var err error
 	ss.enc, err = wire.Append(ss.enc[:0], msgs...)
 	if err != nil {
