@@ -21,6 +21,7 @@
 //	statements.go    the client's prepared statements, made to exist on whichever server runs a unit;
 //	                 max_prepared_statements per server connection (makeRoom)
 //	settings.go      startup and SET parameters, replayed where a unit runs
+//	replay.go        the open portals of a unit's replica part, bound again where the unit moves
 //	local.go         statements the proxy answers itself (SHOW/SET pg_kinetic.*, consistency rejections)
 //	localext.go      the same in the extended protocol; barriers
 //	fresh.go         WAL positions: write tokens, captures, the read requirement

@@ -229,12 +229,14 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 				if l.replica && ss.leavesReplica(&one) {
 					// A write (or a statement for the primary) after a read
 					// that a Flush sent to a replica: the replica's part
-					// ends there, and the rest of the unit is routed anew.
+					// ends there, and the rest of the unit is routed anew
+					// (with the part's open portals: replay.go).
 					moved, err := ss.endReplicaStream(l)
 					if err != nil {
 						return false, err
 					}
 					if moved {
+						ss.replayDue, ss.replay = ss.replay, nil
 						b.add(one.msgs[0].typ, one.body(one.msgs[0]))
 						continue
 					}
@@ -328,9 +330,17 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 		switch h.Type {
 		case 'S', 'Q', 'F', 'H':
 			open := h.Type == 'H'
+			unnamed := ss.client.unnamed.parse
 			l, err := ss.routeBatch(&b, open, false)
 			if err != nil {
 				return true, err
+			}
+			ss.replay, ss.replayDue = nil, nil
+			if l != nil && open && l.replica {
+				ss.replay = newReplayLog(unnamed)
+				for _, m := range b.msgs {
+					ss.replay.add(m.typ, b.body(m))
+				}
 			}
 			b.reset()
 			if l == nil && open {
@@ -420,6 +430,7 @@ func (ss *session) endStream(l *link, typ byte) error {
 		return nil
 	}
 	ss.stream = nil
+	ss.replay = nil
 	defer ss.unclaim(l) // claimed by routeBatch for the whole open unit
 	if err := ss.afterUnit(l, ss.streamUnit, false); err != nil {
 		return err
@@ -445,6 +456,27 @@ func (ss *session) curLink() *link {
 		return ss.cur
 	}
 	return ss.primary
+}
+
+// flushHeld sends what the client's earlier messages left in the write
+// buffer of the session's server connection (not flushed while more of
+// the client's messages were buffered). The unit being routed may wait
+// before it is written (for the session's positions, a connection), and
+// the server must not wait meanwhile for what it was already sent: a COPY
+// FROM STDIN's data followed by a Sync stalled until the position wait
+// gave up (TestCopyAfterStreamedMessagesThenLeave).
+func (ss *session) flushHeld() error {
+	ss.mu.Lock()
+	l := ss.cur
+	ok := l != nil && !l.released && !l.dead
+	ss.mu.Unlock()
+	if !ok || l.conn.W.Buffered() == 0 {
+		return nil
+	}
+	if err := l.conn.W.Flush(); err != nil {
+		return errServerGone
+	}
+	return nil
 }
 
 // forwardStreamed relays one message of an already routed unit, reading
@@ -492,6 +524,9 @@ func (ss *session) forwardStreamed(l *link, h wire.Header) error {
 func (ss *session) forwardOne(l *link, b *batch) error {
 	ss.applyClientUndo()
 	typ := b.msgs[0].typ
+	if l.replica {
+		ss.replay.add(typ, b.body(b.msgs[0]))
+	}
 	if ss.needsStatements(l, b) {
 		// A statement is to be prepared on l in the middle of the
 		// client's batch: what the client sent before is answered first,
@@ -995,6 +1030,9 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		}()
 	}
 	ss.applyClientUndo()
+	if err := ss.flushHeld(); err != nil {
+		return nil, err
+	}
 	if ss.awaitResume() {
 		return nil, nil // killed while its route was paused
 	}
@@ -1978,6 +2016,14 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 		ss.mu.Lock()
 		st.settings = inUnit // (until the unit ends: then unknown, endEffects)
 		ss.mu.Unlock()
+	}
+	if r := ss.replayDue; r != nil {
+		ss.replayDue = nil
+		if !l.replica {
+			if err := ss.replayPortals(l, r); err != nil {
+				return errServerGone
+			}
+		}
 	}
 	return nil
 }

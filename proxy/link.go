@@ -426,6 +426,13 @@ func (ss *session) stepLocked(l *link, typ byte) relayStep {
 		case e.kind == 'Z':
 			st.drop, st.head = true, e
 			st.endInjected = typ == 'Z'
+		case e.kind == expectExecute && typ == 'A':
+			// Asynchronous: a notification. The client gets it.
+		case e.kind == expectExecute && typ != 'E':
+			st.drop = true // its rows, COPY data, notices
+			if typ == 'C' || typ == 's' || typ == 'I' {
+				l.swallow = l.swallow[1:]
+			}
 		case e.kind == typ:
 			st.drop = true
 			l.swallow = l.swallow[1:]

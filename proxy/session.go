@@ -170,10 +170,14 @@ type session struct {
 
 	// Routing state owned by the session goroutine.
 	classifier *classify.Classifier
-	stream     *link         // a routed batch still open (ended by Flush): its messages follow
-	streamUnit unitInfo      // what the router knew of that unit
-	classified []*classified // analyze's records, reused unit after unit
-	deferred   string        // a plain BEGIN answered locally, not yet sent to a server
+	stream     *link    // a routed batch still open (ended by Flush): its messages follow
+	streamUnit unitInfo // what the router knew of that unit
+	// replay: the replica part of the open unit, while it is on a
+	// replica; replayDue: that part once the unit moved to the primary,
+	// until the rest is routed there (replay.go).
+	replay, replayDue *replayLog
+	classified        []*classified // analyze's records, reused unit after unit
+	deferred          string        // a plain BEGIN answered locally, not yet sent to a server
 
 	mu sync.Mutex
 	// turn and readers, on mu, are the session's two condition variables,

@@ -182,11 +182,12 @@
 // smallest sequence in the run's output):
 //   - a unit routed at a Flush to a replica that then moves to the
 //     primary (a Bind of a write follows): a portal the replica's part
-//     made is missing there (34000, 42P03). Inherent to moving a unit
-//     between servers (docs/behaviour.md, "A write after a Flush-ended
-//     read"). (Its SETs now hold on the primary inside the rest of the
-//     unit's transaction: 1409478259466047236 and 2200866276034504366,
-//     fixed on 2026-12-04);
+//     made was missing there (34000, 42P03), and its SETs did not hold in
+//     the rest of the unit. Both fixed on 2026-12-04 (the part's open
+//     portals are bound again on the primary, replay.go; its SETs are
+//     made again inside the rest's transaction); what is left is the
+//     cases docs/behaviour.md, "A write after a Flush-ended read", lists
+//     as not replayed;
 //   - a Describe, inside a failed transaction, of a statement prepared on
 //     another server connection whose parameter types the server infers
 //     and no earlier Describe told, or in pipelined batches sent before

@@ -858,3 +858,41 @@ func TestSyncDuringCopyThenLeave(t *testing.T) {
 		})
 	}
 }
+
+// TestCopyAfterStreamedMessagesThenLeave: a COPY FROM STDIN whose data
+// fails, Syncs and a Flush, a Close, the same COPY again (so the Close and
+// that Query make one unit), more data and a Sync, then the client leaves
+// (the hostile test's seed 1796380479677523461 found it): the session ends
+// and the connection closes, as directly.
+func TestCopyAfterStreamedMessagesThenLeave(t *testing.T) {
+	cl := pgtest.Shared(t)
+	for _, routed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "off", true: "routed"}[routed], func(t *testing.T) {
+			var px *kinetictest.Proxy
+			if routed {
+				px = routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait", LogLevel: "info"})
+			} else {
+				px = kinetictest.Start(t, cl, kinetictest.Params{LogLevel: "info"})
+			}
+			c := dialRaw(t, px.Addr)
+			c.login()
+			var b []byte
+			for _, m := range []wire.Encoder{
+				&pgproto3.Query{String: "create temp table h (x int); copy h from stdin"},
+				&pgproto3.CopyData{Data: []byte("1\n2\nnot a number\n")}, &pgproto3.Sync{},
+				&pgproto3.Sync{}, &pgproto3.Sync{}, &pgproto3.Flush{}, &pgproto3.Close{ObjectType: 'P', Name: "gone"},
+				&pgproto3.Query{String: "create temp table h (x int); copy h from stdin"},
+				&pgproto3.CopyData{Data: []byte("1\n2\nnot a number\n")}, &pgproto3.Sync{},
+			} {
+				b, _ = m.Encode(b)
+			}
+			c.nc.Write(b)
+			c.nc.(*net.TCPConn).CloseWrite()
+			c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.expectClosed()
+			awaitCond(t, 5*time.Second, "the session of the client that left ends", func() (bool, error) {
+				return px.Server.ClientCount() == 0, nil
+			})
+		})
+	}
+}

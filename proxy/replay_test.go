@@ -1,0 +1,78 @@
+package proxy
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// TestReplayLogOpen: what a replica part's log replays on the primary is
+// the last Bind of each portal still open and the Executes of it since.
+func TestReplayLogOpen(t *testing.T) {
+	body := func(m interface{ Encode([]byte) ([]byte, error) }) (byte, []byte) {
+		b, err := m.Encode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b[0], b[5:]
+	}
+	bind := func(portal, stmt string) *pgproto3.Bind {
+		return &pgproto3.Bind{DestinationPortal: portal, PreparedStatement: stmt}
+	}
+	exec := func(portal string, n uint32) *pgproto3.Execute { return &pgproto3.Execute{Portal: portal, MaxRows: n} }
+	closeP := func(portal string) *pgproto3.Close { return &pgproto3.Close{ObjectType: 'P', Name: portal} }
+	parse := func(name, q string) *pgproto3.Parse { return &pgproto3.Parse{Name: name, Query: q} }
+	type enc = interface{ Encode([]byte) ([]byte, error) }
+	for _, tc := range []struct {
+		name string
+		msgs []enc
+		want []string // "B:portal" / "E:portal"
+	}{
+		{"one suspended portal", []enc{parse("", "select 1"), bind("p", ""), exec("p", 5), exec("p", 5)}, []string{"B:p", "E:p", "E:p"}},
+		{"closed portal", []enc{bind("p", "s"), exec("p", 0), closeP("p")}, nil},
+		{"closed then bound again", []enc{bind("p", "s"), exec("p", 1), closeP("p"), bind("p", "t")}, []string{"B:p"}},
+		{"unnamed bound twice", []enc{bind("", "s"), exec("", 1), bind("", "t"), exec("", 2)}, []string{"B:", "E:"}},
+		{"two portals", []enc{bind("a", "s"), bind("b", "t"), exec("a", 1), closeP("b"), exec("a", 1)}, []string{"B:a", "E:a", "E:a"}},
+		{"execute of a portal never bound here", []enc{exec("x", 1)}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newReplayLog("")
+			for _, m := range tc.msgs {
+				r.add(body(m))
+			}
+			var got []string
+			for _, m := range r.open() {
+				p := portalName(m)
+				got = append(got, string(m.typ)+":"+p)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("open() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("unnamed statement at its Bind", func(t *testing.T) {
+		r := newReplayLog("\x00before\x00\x00\x00")
+		r.add(body(bind("p", "")))
+		r.add(body(parse("", "after")))
+		r.add(body(bind("q", "")))
+		got := r.open()
+		if len(got) != 2 || got[0].unnamed != "\x00before\x00\x00\x00" || got[1].unnamed == got[0].unnamed {
+			t.Errorf("Binds of the unnamed statement recorded %q", []string{got[0].unnamed, got[1].unnamed})
+		}
+	})
+	t.Run("over budget", func(t *testing.T) {
+		r := newReplayLog("")
+		big := make([][]byte, 1)
+		big[0] = make([]byte, replayBudget)
+		r.add(body(&pgproto3.Bind{DestinationPortal: "p", Parameters: big}))
+		if got := r.open(); got != nil {
+			t.Errorf("open() over budget = %d messages, want none", len(got))
+		}
+	})
+}
+
+func portalName(m replayMsg) string {
+	name, _, _ := cstring(m.body)
+	return name
+}
