@@ -241,6 +241,7 @@ type session struct {
 	// midBatch: buffer is writing inside a client's extended batch, where
 	// no simple Query may be injected (session goroutine).
 	midBatch bool
+	extBatch bool // injectStatements runs for an extended-protocol batch (ensureSQLStatement)
 	// seenTerminations is the Server's terminations count this session
 	// last checked its primary backend at (session goroutine).
 	seenTerminations uint64

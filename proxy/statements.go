@@ -519,6 +519,8 @@ func (ss *session) makeRoom(l *link, b *batch, ds []*classified) error {
 // the client's own ParseComplete (pipelines got their answers out of
 // step).
 func (ss *session) injectStatements(l *link, b *batch) error {
+	ss.extBatch = !slices.ContainsFunc(b.msgs, func(m batchMsg) bool { return m.typ == 'Q' || m.typ == 'F' })
+	defer func() { ss.extBatch = false }()
 	// SQL PREPAREs to replay go first: outside a batch under way they are
 	// simple Queries, which destroy the unnamed statement a re-Parse
 	// below may have just prepared.
@@ -725,10 +727,14 @@ func (ss *session) ensureSQLStatement(l *link, name string, use byte) error {
 			}
 		}
 	}
-	if ss.midBatch {
+	if ss.midBatch || ss.extBatch && ss.txStatus() == 'E' {
 		// Inside the client's extended batch a simple Query would end it
 		// half-way: the PREPARE runs as an extended statement of the
-		// proxy's own, under names no client uses.
+		// proxy's own, under names no client uses. So it does ahead of
+		// a Bind, Describe or Parse in a failed transaction: it fails
+		// there (25P02) as the client's message would have, and the
+		// client gets that error for it (a simple Query's failure would
+		// go unseen, and the message then failed with 26000).
 		return ss.replayPrepareExtended(l, name, want.text)
 	}
 	if l.st.holds(name) {
