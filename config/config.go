@@ -51,6 +51,12 @@ type Config struct {
 	Routes  []Route `toml:"routes"`
 	Rollout Rollout `toml:"rollout"`
 
+	// UsersFile names a second TOML file that holds only [[users]]
+	// entries, added to this file's (relative to this file's directory).
+	// It lets the users' secrets live apart from the rest, e.g. in a
+	// Kubernetes Secret next to a ConfigMap. Read again on every reload.
+	UsersFile string `toml:"users_file"`
+
 	// Path is the file the config was loaded from ("" when built in code).
 	Path string `toml:"-"`
 }

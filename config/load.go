@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 
@@ -38,12 +39,65 @@ func Parse(path string, data []byte) (*Config, error) {
 	cfg := Defaults()
 	cfg.Path = path
 	d.decodeStruct(nil, doc, reflect.ValueOf(&cfg).Elem())
-	validate(d, &cfg)
-	if len(d.probs) > 0 {
-		sort.SliceStable(d.probs, func(i, j int) bool { return d.probs[i].Line < d.probs[j].Line })
-		return nil, &d.probs
+	uf := loadUsersFile(d, &cfg)
+	if uf != nil {
+		// Known to every check (an admin or auth_user may be one of
+		// them); their own problems name their file (validator.users).
+		uf.from = len(cfg.Users)
+		cfg.Users = append(cfg.Users, uf.users...)
+	}
+	validate(d, &cfg, uf)
+	probs := d.probs
+	sort.SliceStable(probs, func(i, j int) bool { return probs[i].Line < probs[j].Line })
+	if uf != nil && len(uf.probs) > 0 {
+		sort.SliceStable(uf.probs, func(i, j int) bool { return uf.probs[i].Line < uf.probs[j].Line })
+		probs = append(probs, uf.probs...)
+	}
+	if len(probs) > 0 {
+		return nil, &probs
 	}
 	return &cfg, nil
+}
+
+// usersFile is the decoded users_file: its [[users]] entries and the
+// problems found in it (reported with its own name and lines).
+type usersFile struct {
+	*decoder
+	users []User
+	from  int // the index of its first user in Config.Users
+}
+
+// loadUsersFile reads cfg.UsersFile, if set, resolving it against the
+// config file's directory (in place). nil when there is none, or when it
+// cannot be read (a problem of the main file's users_file key).
+func loadUsersFile(d *decoder, cfg *Config) *usersFile {
+	if cfg.UsersFile == "" {
+		return nil
+	}
+	p := keys("users_file")
+	if cfg.Path != "" && !filepath.IsAbs(cfg.UsersFile) {
+		cfg.UsersFile = filepath.Join(filepath.Dir(cfg.Path), cfg.UsersFile)
+	}
+	data, err := os.ReadFile(cfg.UsersFile)
+	if err != nil {
+		d.problem(p, "cannot read the users file: %v", err)
+		return nil
+	}
+	uf := &usersFile{decoder: &decoder{file: cfg.UsersFile, lines: indexLines(data), bad: map[string]bool{}, defined: map[string]bool{}}}
+	var doc map[string]any
+	if _, err := toml.Decode(string(data), &doc); err != nil {
+		var se *Errors
+		if errors.As(syntaxError(cfg.UsersFile, data, err), &se) {
+			uf.probs = append(uf.probs, *se...)
+		}
+		return uf
+	}
+	var only struct {
+		Users []User `toml:"users"`
+	}
+	uf.decodeStruct(nil, doc, reflect.ValueOf(&only).Elem())
+	uf.users = only.Users
+	return uf
 }
 
 func syntaxError(path string, data []byte, err error) error {

@@ -22,8 +22,8 @@ const maxInt = math.MaxInt32
 
 // validate checks cfg after decoding and reports through d. It also resolves
 // relative file paths against the config file's directory, in place.
-func validate(d *decoder, cfg *Config) {
-	v := &validator{decoder: d, cfg: cfg}
+func validate(d *decoder, cfg *Config, uf *usersFile) {
+	v := &validator{decoder: d, cfg: cfg, uf: uf}
 	if cfg.Path != "" {
 		v.dir = filepath.Dir(cfg.Path)
 	}
@@ -39,6 +39,7 @@ type validator struct {
 	*decoder
 	cfg *Config
 	dir string
+	uf  *usersFile // users_file's entries, checked with its own lines
 }
 
 func keys(names ...string) path {
@@ -272,48 +273,75 @@ func (v *validator) metricsAndLog() {
 }
 
 func (v *validator) users() {
+	own, fromFile := v.cfg.Users, []User(nil)
+	if v.uf != nil {
+		own, fromFile = v.cfg.Users[:v.uf.from], v.cfg.Users[v.uf.from:]
+	}
 	if len(v.cfg.Users) == 0 {
-		v.problem(keys("users"), "at least one [[users]] entry is required")
+		if v.uf != nil && len(v.uf.probs) > 0 {
+			return // (its own problems say why)
+		}
+		v.problem(keys("users"), "at least one [[users]] entry is required (here or in users_file)")
 		return
 	}
-	first := map[string]path{}
-	for i := range v.cfg.Users {
-		u := &v.cfg.Users[i]
-		p := keys("users").index(i)
-		if v.required(p.key("name"), u.Name) {
-			if prev, dup := first[u.Name]; dup {
-				v.problem(p.key("name"), "duplicate user name %q (first at %s, line %d)", u.Name, prev, v.lines.lineOf(prev))
-			} else {
-				first[u.Name] = p.key("name")
+	first := map[string]string{} // name → where it was first defined
+	v.userList(v, own, first)
+	if v.uf != nil {
+		// The users file's entries are checked the same way, against this
+		// file's [server] and [admin], with problems naming its lines.
+		fv := &validator{decoder: v.uf.decoder, cfg: v.cfg, dir: v.dir}
+		for _, k := range []path{keys("server", "tls_mode"), keys("server", "tls_ca_file")} {
+			if v.bad[k.String()] { // (certUser: already reported there)
+				fv.bad[k.String()] = true
 			}
 		}
-		if !v.oneOf(p.key("auth"), u.Auth, AuthPassword, AuthCert) {
+		v.userList(fv, fromFile, first)
+	}
+}
+
+// userList checks users, reporting through w (the file they come from);
+// first records where each name was first defined, across both files.
+func (v *validator) userList(w *validator, users []User, first map[string]string) {
+	for i := range users {
+		u := &users[i]
+		p := keys("users").index(i)
+		if w.required(p.key("name"), u.Name) {
+			if prev, dup := first[u.Name]; dup {
+				w.problem(p.key("name"), "duplicate user name %q (first at %s)", u.Name, prev)
+			} else {
+				first[u.Name] = fmt.Sprintf("%s, line %d", p.key("name"), w.lines.lineOf(p.key("name")))
+				if w != v {
+					first[u.Name] = fmt.Sprintf("%s:%d %s", w.decoder.file, w.lines.lineOf(p.key("name")), p.key("name"))
+				}
+			}
+		}
+		if !w.oneOf(p.key("auth"), u.Auth, AuthPassword, AuthCert) {
 			continue
 		}
 		if u.CertCN != "" && u.Auth != AuthCert && v.cfg.Server.TLSMode != TLSVerifyFull {
-			v.problem(p.key("cert_cn"), "has no effect: it applies to auth = %q users and to tls_mode = %q", AuthCert, TLSVerifyFull)
+			w.problem(p.key("cert_cn"), "has no effect: it applies to auth = %q users and to tls_mode = %q", AuthCert, TLSVerifyFull)
 		}
 		if u.Auth == AuthCert {
-			v.certUser(p, u)
+			w.certUser(p, u)
 			continue
 		}
-		if !v.required(p.key("password"), u.Password) {
+		if !w.required(p.key("password"), u.Password) {
 			continue
 		}
 		kind := u.PasswordKind()
 		if kind == PasswordSCRAMSHA256 {
 			if _, err := ParseSCRAMVerifier(u.Password); err != nil {
-				v.problem(p.key("password"), "malformed SCRAM-SHA-256 verifier: %v", err)
+				w.problem(p.key("password"), "malformed SCRAM-SHA-256 verifier: %v", err)
 			}
 		}
 		switch {
 		case u.BackendPassword != "" && PasswordKind(u.BackendPassword) != PasswordPlaintext:
-			v.problem(p.key("backend_password"), "must be the plaintext password, not %s: a hash cannot log in to a server", kindPhrase(u.BackendPassword))
+			w.problem(p.key("backend_password"), "must be the plaintext password, not %s: a hash cannot log in to a server", kindPhrase(u.BackendPassword))
 		case kind == PasswordMD5 && u.BackendPassword == "" && u.BackendUser != "" && u.BackendUser != u.Name:
 			// Without backend_password a verifier logs in with what its
 			// clients prove, and an md5 hash with itself (SCRAM
 			// pass-through); the hash, md5(password || name), only as name.
-			v.problem(p.key("backend_password"), "required when password is an MD5 hash and backend_user is not the user's name: the hash logs in only as %q", u.Name)
+			w.problem(p.key("backend_password"), "required when password is an MD5 hash and backend_user is not the user's name: the hash logs in only as %q", u.Name)
 		}
 	}
 }

@@ -13,7 +13,8 @@
 #      through the Go module proxy. Every kind is validated; none is skipped.
 #   4. kubeconform rejects a Deployment with a misspelt field (the schemas
 #      really are strict) and a Service with a wrongly typed port.
-#   5. The kineticd.toml the chart renders passes kineticd --check-config,
+#   5. The kineticd.toml (ConfigMap) and users.toml (Secret) the chart
+#      renders pass kineticd --check-config together,
 #      and the PrometheusRule's spec is deploy/alerts.yml unchanged.
 #
 # helm and kubeconform run as Go tools (go run module@version).
@@ -72,7 +73,7 @@ helm template kineticd "$CHART" --kube-version "$K8S_VERSION" >"$tmp/default.yam
 helm template kineticd "$CHART" --kube-version "$K8S_VERSION" "${on[@]}" >"$tmp/all.yaml"
 validate "$tmp/default.yaml"
 validate "$tmp/all.yaml"
-for kind in Deployment Service Secret PodDisruptionBudget ServiceMonitor PrometheusRule; do
+for kind in Deployment Service ConfigMap Secret PodDisruptionBudget ServiceMonitor PrometheusRule; do
 	grep -q "^kind: $kind\$" "$tmp/all.yaml" || die "helm template rendered no $kind"
 done
 
@@ -93,15 +94,24 @@ say "kubeconform refuses spec.replica and port \"six\""
 
 # 5. The rendered kineticd.toml is a valid kineticd config, and the rule
 #    spec is deploy/alerts.yml re-indented by two spaces.
-awk '/^  kineticd.toml: \|$/ { on = 1; next }
-	on && /^    / { sub(/^    /, ""); print; next }
-	on && /^ *$/ { print ""; next }
-	on { exit }' "$tmp/default.yaml" >"$tmp/kineticd.toml"
-grep -q '^\[\[users\]\]' "$tmp/kineticd.toml" || die "no kineticd.toml with users in the rendered Secret"
+extract() { # extract KEY: the block scalar of a rendered data/stringData key
+	awk -v key="$1" '$0 == "  " key ": |" { on = 1; next }
+		on && /^    / { sub(/^    /, ""); print; next }
+		on && /^ *$/ { print ""; next }
+		on { exit }' "$tmp/default.yaml"
+}
+extract kineticd.toml >"$tmp/kineticd.toml"
+extract users.toml >"$tmp/users.toml"
+grep -q '^users_file = "/etc/kineticd-users/users.toml"$' "$tmp/kineticd.toml" || die "the ConfigMap's kineticd.toml does not name the users Secret's file"
+! grep -q '^\[\[users\]\]' "$tmp/kineticd.toml" || die "users in the ConfigMap"
+grep -q '^\[\[users\]\]' "$tmp/users.toml" || die "no users.toml with users in the rendered Secret"
+# (The mount paths, checked against the Deployment, become the temp dir's.)
+grep -q 'mountPath: /etc/kineticd-users$' "$tmp/default.yaml" || die "the users Secret is not mounted at /etc/kineticd-users"
+sed -i "s|^users_file = .*|users_file = \"$tmp/users.toml\"|" "$tmp/kineticd.toml"
 go build -o "$tmp/kineticd" ./cmd/kineticd
 out=$("$tmp/kineticd" --check-config "$tmp/kineticd.toml" 2>&1) || { cat "$tmp/kineticd.toml" >&2; die "rendered kineticd.toml: $out"; }
 [ "$out" = "config ok" ] || die "kineticd --check-config printed \"$out\""
-say "rendered kineticd.toml: $out"
+say "rendered kineticd.toml (ConfigMap) with users.toml (Secret): $out"
 awk '/^kind: PrometheusRule$/ { rule = 1 }
 	rule && /^spec:$/ { on = 1; next }
 	on && /^---$/ { exit }

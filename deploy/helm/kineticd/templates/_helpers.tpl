@@ -29,8 +29,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{- define "kineticd.secretName" -}}
-{{- .Values.existingSecret | default (printf "%s-config" (include "kineticd.fullname" .)) -}}
+{{- .Values.existingSecret | default (printf "%s-users" (include "kineticd.fullname" .)) -}}
 {{- end -}}
+
+{{/* Where the users Secret is mounted; kineticd.toml's users_file. */}}
+{{- define "kineticd.usersDir" -}}/etc/kineticd-users{{- end -}}
 
 {{/*
 Shutdown timing: the grace period covers the preStop sleep, kineticd's own
@@ -107,7 +110,7 @@ own sub-tables, as TOML requires. Null values are left out.
 {{- end -}}
 {{- end -}}
 
-{{/* The whole kineticd.toml, from .Values.config and .Values.users. */}}
+{{/* kineticd.toml, from .Values.config (the users are in users_file). */}}
 {{- define "kineticd.config" -}}
 {{- $cfg := deepCopy (.Values.config | default dict) -}}
 {{- $server := $cfg.server | default dict -}}
@@ -123,13 +126,23 @@ own sub-tables, as TOML requires. Null values are left out.
 {{- $_ = set $metrics "listen" (printf ":%d" (int64 .Values.metricsPort)) -}}
 {{- $_ = set $cfg "metrics" $metrics -}}
 {{- if hasKey $cfg "users" -}}
-{{- fail "config.users: put users in .Values.users (they are rendered into the Secret)" -}}
+{{- fail "config.users: put users in .Values.users (they are rendered into the users Secret)" -}}
 {{- end -}}
-{{- if not .Values.users -}}
-{{- fail "users: kineticd needs at least one user (or set existingSecret)" -}}
+{{- if hasKey $cfg "users_file" -}}
+{{- fail "config.users_file is set by the chart (the users Secret): remove it" -}}
 {{- end -}}
-{{- $_ = set $cfg "users" .Values.users -}}
+{{- $_ = set $cfg "users_file" (printf "%s/users.toml" (include "kineticd.usersDir" .)) -}}
 # kineticd.toml rendered by the kineticd Helm chart from its values.
 # docs/configuration.md is the reference of every key.
 {{ include "kineticd.toml.table" (dict "path" "" "table" $cfg) }}
+{{ end -}}
+
+{{/* users.toml: the [[users]] of .Values.users, for the users Secret. */}}
+{{- define "kineticd.users" -}}
+{{- if not .Values.users -}}
+{{- fail "users: kineticd needs at least one user (or set existingSecret)" -}}
+{{- end -}}
+# users.toml rendered by the kineticd Helm chart from its values: the
+# [[users]] entries kineticd.toml's users_file names.
+{{ include "kineticd.toml.table" (dict "path" "" "table" (dict "users" .Values.users)) }}
 {{ end -}}
