@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,7 +36,10 @@ type drillStats struct {
 	kn002      []drillReport  // the last acknowledged write when a statement got KN002
 	ended      map[int]string // connections that ended with an error, and the SQLSTATE
 	readErrors map[string]int
-	ryw        []string // read-your-writes violations
+	// writeErrors counts the INSERTs' errors by SQLSTATE ("conn": no
+	// server answer): 25006 would be a write sent to a standby.
+	writeErrors map[string]int
+	ryw         []string // read-your-writes violations
 }
 
 // TestFailoverDrills (issue 14 item 8): five unplanned failovers in a row
@@ -287,6 +291,20 @@ func TestFailoverDrills(t *testing.T) {
 		if len(st.readErrors) > 0 {
 			t.Logf("session %d read errors by SQLSTATE: %v", i, st.readErrors)
 		}
+		if len(st.writeErrors) > 0 {
+			t.Logf("session %d write errors by SQLSTATE: %v", i, st.writeErrors)
+		}
+		for code, n := range st.writeErrors {
+			// A write's error is the failover's (08xxx: the primary gone
+			// or unavailable; 57P0x: it shut down; KN002; a timeout or a
+			// dropped connection): anything else means a write reached a
+			// server that refused it, 25006 a standby.
+			switch {
+			case code == "KN002", code == "conn", strings.HasPrefix(code, "08"), strings.HasPrefix(code, "57P"), code == "57014":
+			default:
+				t.Errorf("session %d: %d writes failed with %s (a write sent to a server that is not the primary?)", i, n, code)
+			}
+		}
 	}
 	for d, r := range results {
 		t.Logf("drill %d (lost writes provoked: %v): first write %v after the promotion; new-session reads %d, refused %d",
@@ -374,7 +392,16 @@ func (st *drillStats) round(ctx context.Context, c *pgx.Conn, tbl string, i, seq
 		err := c.QueryRow(octx, fmt.Sprintf("insert into %s values (%d, %d) returning inet_server_port()", tbl, i, seq)).Scan(&port)
 		cancel()
 		if err != nil {
-			switch code := pgCode(err); {
+			code := pgCode(err)
+			if st.writeErrors == nil {
+				st.writeErrors = map[string]int{}
+			}
+			if code == "" {
+				st.writeErrors["conn"]++
+			} else {
+				st.writeErrors[code]++
+			}
+			switch {
 			case code == "KN002":
 				st.kn002 = append(st.kn002, drillReport{inc, *lastAcked})
 			case sessionEnded(c, code):
