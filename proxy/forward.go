@@ -465,10 +465,19 @@ func (ss *session) curLink() *link {
 // the server must not wait meanwhile for what it was already sent: a COPY
 // FROM STDIN's data followed by a Sync stalled until the position wait
 // gave up (TestCopyAfterStreamedMessagesThenLeave).
+//
+// Only the connection those writes went to (ss.unflushed) is flushed: it
+// cannot have gone back to its pool meanwhile (the server has not seen the
+// rest of the unit, so it cannot have answered it), where ss.cur, in
+// transaction pooling, may already be another session's.
 func (ss *session) flushHeld() error {
+	l := ss.unflushed
+	ss.unflushed = nil
+	if l == nil {
+		return nil
+	}
 	ss.mu.Lock()
-	l := ss.cur
-	ok := l != nil && !l.released && !l.dead
+	ok := !l.released && !l.dead
 	ss.mu.Unlock()
 	if !ok || l.conn.W.Buffered() == 0 {
 		return nil
@@ -510,10 +519,15 @@ func (ss *session) forwardStreamed(l *link, h wire.Header) error {
 		}
 		return errClientGone{err}
 	}
-	if ss.r.Buffered() == 0 {
-		if err := l.conn.W.Flush(); err != nil {
-			return errServerGone
-		}
+	if ss.r.Buffered() > 0 {
+		ss.unflushed = l // (flushHeld)
+		return nil
+	}
+	if ss.unflushed == l {
+		ss.unflushed = nil
+	}
+	if err := l.conn.W.Flush(); err != nil {
+		return errServerGone
 	}
 	return nil
 }
@@ -561,7 +575,11 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 		return err
 	}
 	if ss.r.Buffered() > 0 && typ != 'H' && typ != 'S' {
-		return nil // more of the client's messages follow in this write
+		ss.unflushed = l // (flushHeld)
+		return nil       // more of the client's messages follow in this write
+	}
+	if ss.unflushed == l {
+		ss.unflushed = nil
 	}
 	if err := l.conn.W.Flush(); err != nil {
 		return errServerGone

@@ -176,8 +176,11 @@ type session struct {
 	// replica; replayDue: that part once the unit moved to the primary,
 	// until the rest is routed there (replay.go).
 	replay, replayDue *replayLog
-	classified        []*classified // analyze's records, reused unit after unit
-	deferred          string        // a plain BEGIN answered locally, not yet sent to a server
+	// unflushed: the connection the client's last messages were written
+	// to without a flush, more of them being buffered (flushHeld).
+	unflushed  *link
+	classified []*classified // analyze's records, reused unit after unit
+	deferred   string        // a plain BEGIN answered locally, not yet sent to a server
 
 	mu sync.Mutex
 	// turn and readers, on mu, are the session's two condition variables,
