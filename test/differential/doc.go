@@ -229,8 +229,8 @@
 // Later on 2026-12-04, 10,000 sequences per mode (transaction /
 // session-routing / transaction-routing; session pooling 0 throughout):
 // base seed 141414 at the day's start 1 / 11 / 11; 151515 after the first
-// fixes 1 / 12 / 10 (three classes found there were new, made by one of
-// those fixes, and fixed before the next run); 161616 2 / 9 / 10; 171717
+// fixes 1 / 12 / 10 (one class found there, 42704, was new, made by one
+// of those fixes, and fixed before the next run); 161616 2 / 9 / 10; 171717
 // after the portal replay (replay.go) 1 / 2 / 1, of which one class fixed
 // since (4731248715818244482), one DataRow difference not reproduced
 // alone (11238577937359139688), and in transaction pooling one hang at a
