@@ -2063,13 +2063,7 @@ func (ss *session) injectInUnit(l *link, query string, block bool) error {
 	if err := ss.inject(l, &pgproto3.Bind{}, '2'); err != nil {
 		return err
 	}
-	if err := ss.inject(l, &pgproto3.Execute{}, 'D'); err != nil {
-		return err
-	}
-	ss.mu.Lock()
-	l.swallow = append(l.swallow, expect{kind: 'C', batch: l.batches})
-	ss.mu.Unlock()
-	return nil
+	return ss.inject(l, &pgproto3.Execute{}, expectExecute)
 }
 
 // pendingResetsLocked reports whether the session's pending effects hold

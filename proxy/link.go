@@ -947,14 +947,7 @@ func (ss *session) reportHeldParams() error {
 	}
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	for i := range held {
-		ps := &held[i]
-		if last, ok := ss.reported[ps.Name]; ok && last == ps.Value {
-			continue
-		}
-		if ss.reported != nil {
-			ss.reported[ps.Name] = ps.Value
-		}
+	for _, ps := range ss.unreportedLocked(held) {
 		buf, err := ps.Encode(nil)
 		if err != nil {
 			return err
@@ -964,6 +957,23 @@ func (ss *session) reportHeldParams() error {
 		}
 	}
 	return nil
+}
+
+// unreportedLocked returns those of ps whose value the client was not told
+// last, and notes them as told. Callers hold ss.wmu.
+func (ss *session) unreportedLocked(ps []pgproto3.ParameterStatus) []wire.Encoder {
+	var out []wire.Encoder
+	for i := range ps {
+		p := &ps[i]
+		if last, ok := ss.reported[p.Name]; ok && last == p.Value {
+			continue
+		}
+		if ss.reported != nil {
+			ss.reported[p.Name] = p.Value
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // reportResets, at the ReadyForQuery ending a batch with a RESET, tells

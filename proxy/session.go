@@ -327,17 +327,7 @@ func (ss *session) send(msgs ...wire.Encoder) error {
 		if i := slices.IndexFunc(msgs, func(m wire.Encoder) bool { _, ok := m.(*pgproto3.ReadyForQuery); return ok }); i >= 0 {
 			// Where the server would have sent them: before the
 			// ReadyForQuery that ends the failed batch.
-			var ps []wire.Encoder
-			for j := range ss.undoneParams {
-				p := &ss.undoneParams[j]
-				if last, ok := ss.reported[p.Name]; ok && last == p.Value {
-					continue
-				}
-				if ss.reported != nil {
-					ss.reported[p.Name] = p.Value
-				}
-				ps = append(ps, p)
-			}
+			ps := ss.unreportedLocked(ss.undoneParams)
 			ss.undoneParams = nil
 			msgs = slices.Concat(msgs[:i:i], ps, msgs[i:])
 		}
