@@ -804,6 +804,7 @@ func (ss *session) count(l *link, typ byte) {
 	defer ss.mu.Unlock()
 	switch typ {
 	case 'Q', 'F':
+		ss.restOpen = false
 		ss.pending++
 		ss.noteUnitSentLocked() // timeouts.go
 		ss.unitSeq++
@@ -812,6 +813,7 @@ func (ss *session) count(l *link, typ byte) {
 		l.sent = 0
 		l.executed = false
 	case 'S':
+		ss.restOpen = false
 		ss.pending++
 		ss.noteUnitSentLocked()
 		ss.unitSeq++
@@ -2031,6 +2033,7 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 		if err := ss.injectInUnit(l, inUnit, block); err != nil {
 			return errServerGone
 		}
+		ss.restOpen = !block
 		ss.mu.Lock()
 		st.settings = inUnit // (until the unit ends: then unknown, endEffects)
 		ss.mu.Unlock()

@@ -185,6 +185,9 @@ func (ss *session) replayPortals(l *link, r *replayLog) error {
 			return nil // (the name has another statement now)
 		}
 	}
+	// The portals live in the server's implicit transaction until the
+	// client's Sync: nothing of the proxy's may end it before.
+	ss.restOpen = true
 	for _, m := range msgs {
 		switch m.typ {
 		case 'B':

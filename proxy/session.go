@@ -244,6 +244,12 @@ type session struct {
 	// midBatch: buffer is writing inside a client's extended batch, where
 	// no simple Query may be injected (session goroutine).
 	midBatch bool
+	// restOpen: the rest of a unit moved from a replica began on ss.cur
+	// with messages of the proxy's (its SETs made in the unit, its
+	// portals replayed: prepareLink) in the server's implicit
+	// transaction: until the client's Sync, nothing of the proxy's may
+	// end that transaction (a Sync, a simple Query). Session goroutine.
+	restOpen bool
 	extBatch bool // injectStatements runs for an extended-protocol batch (ensureSQLStatement)
 	// seenTerminations is the Server's terminations count this session
 	// last checked its primary backend at (session goroutine).

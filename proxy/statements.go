@@ -727,7 +727,7 @@ func (ss *session) ensureSQLStatement(l *link, name string, use byte) error {
 			}
 		}
 	}
-	if ss.midBatch || ss.extBatch && ss.txStatus() == 'E' {
+	if ss.midBatch || ss.restOpen || ss.extBatch && ss.txStatus() == 'E' {
 		// Inside the client's extended batch a simple Query would end it
 		// half-way: the PREPARE runs as an extended statement of the
 		// proxy's own, under names no client uses. So it does ahead of
@@ -1562,7 +1562,9 @@ func (ss *session) forgetShape(parse string) {
 // prepares the statement again inside the client's batch, unchecked, so
 // the client sees the error as its own. In a transaction block a Sync
 // would hide such an error and leave the block failed: the Describe ends
-// with a Flush there, inside the client's batch.
+// with a Flush there, inside the client's batch. So it does in the rest
+// of a unit moved from a replica (restOpen): a Sync would end the
+// implicit transaction holding the portals and SETs made again for it.
 func (ss *session) shapeChanged(l *link, name, parse string) (changed, redo bool, err error) {
 	ss.mu.Lock()
 	told, ok := ss.shapes[parse]
@@ -1570,7 +1572,7 @@ func (ss *session) shapeChanged(l *link, name, parse string) (changed, redo bool
 		ss.mu.Unlock()
 		return false, false, nil
 	}
-	synced := ss.tx == 'I'
+	synced := ss.tx == 'I' && !ss.restOpen
 	batch := l.batches
 	l.swallow = append(l.swallow, expect{kind: 'd', batch: batch})
 	l.shape, l.shapeGot = shapePending, ""
