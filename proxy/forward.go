@@ -926,6 +926,7 @@ func (ss *session) buffer(l *link, b *batch) error {
 		if m.typ == 'B' {
 			body = ss.bindToWrite(l, body)
 		}
+		learn := m.typ == 'P' && ss.learnTypes(l, body)
 		if err := ss.trackFrontend(l, m.typ, body); err != nil {
 			return errServerGone
 		}
@@ -935,6 +936,12 @@ func (ss *session) buffer(l *link, b *batch) error {
 		}
 		if _, err := l.conn.W.Write(body); err != nil {
 			return errServerGone
+		}
+		if learn {
+			name, _ := parseName(body)
+			if err := ss.injectLearnTypes(l, name, body); err != nil {
+				return errServerGone
+			}
 		}
 	}
 	return nil

@@ -173,10 +173,13 @@ type expect struct {
 	// everything up to and including ReadyForQuery, 'b' a barrier's
 	// CloseComplete (localext.go), after skip CloseCompletes of the
 	// client's own, 'd' a Describe's ParameterDescription and
-	// RowDescription or NoData (shapeChanged).
+	// RowDescription or NoData (shapeChanged), 'i' the same for a
+	// Describe whose ParameterDescription tells the types the server
+	// inferred for parse (learnTypes; skip is 1 once it arrived).
 	kind  byte
 	skip  int
 	batch uint64 // the batch (rfqs count) it belongs to
+	parse string // 'i': the Parse body of the statement Described
 	// keepParams: the ParameterStatus messages before the ReadyForQuery
 	// are the client's (its SETs, committed by the proxy's Sync): they
 	// reach the client before its own next ReadyForQuery, where the
@@ -381,6 +384,9 @@ type relayStep struct {
 	deferFatal bool
 	// shape: it ends the answer to the proxy's Describe (shapeChanged).
 	shape bool
+	// inferred: it is the ParameterDescription a learnTypes Describe
+	// asked for: the Parse body of its statement.
+	inferred string
 }
 
 // stepLocked decides, from the header type of the next backend message on
@@ -416,6 +422,19 @@ func (ss *session) stepLocked(l *link, typ byte) relayStep {
 			}
 			ss.forgetSwallowLocked(l, n)
 		case e.kind == 'b':
+		case e.kind == 'i' && e.skip == 0 && typ == 't':
+			st.drop, st.inferred = true, e.parse
+			l.swallow[0].skip = 1 // RowDescription or NoData follows
+		case e.kind == 'i' && e.skip == 1 && (typ == 'T' || typ == 'n'):
+			st.drop = true
+			l.swallow = l.swallow[1:]
+		case e.kind == 'i' && typ == 'E':
+			// The client's Parse just before it failed: the server
+			// skips the Describe. The error is the client's.
+			l.swallow = l.swallow[1:]
+		case e.kind == 'i':
+			// The answer to the client's Parse, or an asynchronous
+			// message: the client's.
 		case e.kind == 'd' && typ == 't':
 			st.drop = true // the rest of the answer follows
 		case e.kind == 'd' && (typ == 'T' || typ == 'n'):
@@ -500,10 +519,15 @@ func (ss *session) stepLocked(l *link, typ byte) relayStep {
 func (ss *session) dropMessage(l *link, h wire.Header, st relayStep, body []byte) ([]byte, error) {
 	srv := l.conn
 	var err error
-	if h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' || st.shape {
+	if h.Type == 'Z' || h.Type == 'S' || h.Type == 'E' || st.shape || st.inferred != "" {
 		if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
 			ss.linkFailed(l, err, false)
 			return body, errServerGone
+		}
+		if st.inferred != "" {
+			ss.mu.Lock()
+			ss.noteInferredLocked(st.inferred, body)
+			ss.mu.Unlock()
 		}
 		if st.shape {
 			ss.mu.Lock()

@@ -317,10 +317,69 @@ func (ss *session) paramsDescribedLocked(l *link, body []byte) {
 		return // (a stand-in's, with a type left to the server)
 	}
 	l.shapeNext = w.parse
+	ss.noteInferredLocked(w.parse, body)
+}
+
+// noteInferredLocked records the parameter types a ParameterDescription
+// (body) tells for the statement of Parse body parse. Callers hold ss.mu.
+func (ss *session) noteInferredLocked(parse string, body []byte) {
+	var pd pgproto3.ParameterDescription
+	if pd.Decode(body) != nil || slices.Contains(pd.ParameterOIDs, 0) {
+		return // (a stand-in's, with a type left to the server)
+	}
 	if ss.inferred == nil || len(ss.inferred) >= maxInferred {
 		ss.inferred = map[string][]uint32{}
 	}
-	ss.inferred[w.parse] = pd.ParameterOIDs
+	ss.inferred[parse] = pd.ParameterOIDs
+}
+
+// learnTypes reports whether the client's Parse (body), about to be
+// written to l, is followed by a Describe of the proxy's, whose
+// ParameterDescription tells the parameter types the server infers
+// (answer dropped, types noted: noteInferredLocked). A stand-in needs
+// them (standIn): in a failed transaction, on a server that lacks the
+// statement, a client's Describe of it is answered with its
+// ParameterDescription and NoData as directly only if the proxy knows
+// the types. So it is asked for a named statement of no rows (the only
+// kind described in a failed transaction) with a parameter type left to
+// the server, when the statement may be used on another server
+// (routing, transaction pooling), and only when the Parse is the first
+// of the client's messages on l still to be answered: the Describe's
+// answer then follows the Parse's, with nothing of the client's that
+// could look like it in between. The Describe adds no statement and no
+// round trip.
+func (ss *session) learnTypes(l *link, body []byte) bool {
+	if !ss.txPool && !ss.freshnessOn() {
+		return false
+	}
+	var p pgproto3.Parse
+	if p.Decode(body) != nil || p.Name == "" || !strings.Contains(p.Query, "$") {
+		return false
+	}
+	ss.mu.Lock()
+	_, known := ss.inferred[string(body)]
+	first := l.sent == 0 && l.batches == l.rfqs && l.failed != l.batches+1
+	ss.mu.Unlock()
+	if known || !first {
+		return false
+	}
+	info, ok := classify.DescribePrepared(p.Query, len(p.ParameterOIDs))
+	if !ok || !info.RowsKnown || info.Rows || info.Params == 0 {
+		return false
+	}
+	return len(p.ParameterOIDs) < info.Params || slices.Contains(p.ParameterOIDs, 0)
+}
+
+// injectLearnTypes writes the Describe learnTypes asked for, right after
+// the client's Parse of statement name (body).
+func (ss *session) injectLearnTypes(l *link, name string, body []byte) error {
+	buf, _ := (&pgproto3.Describe{ObjectType: 'S', Name: name}).Encode(nil)
+	ss.mu.Lock()
+	l.swallow = append(l.swallow, expect{kind: 'i', batch: l.batches, parse: string(body)})
+	l.injected++
+	ss.mu.Unlock()
+	_, err := l.conn.W.Write(buf)
+	return err
 }
 
 // describesFailedLocked drops the Describes of batch l.rfqs still

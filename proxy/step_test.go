@@ -102,6 +102,25 @@ func TestStepLocked(t *testing.T) {
 		{"a local error the proxy failed the batch with: dropped, later barriers fail",
 			linkState{swallow: []expect{{kind: 'E'}, {kind: 'b'}}, barrier: barrierPending}, 'T', "E",
 			[]check{dropped(true), barrier(barrierFailed), queue(0)}, false, false, false},
+		{"the client's ParseComplete ahead of the learnTypes Describe's answer: relayed",
+			linkState{swallow: []expect{{kind: 'i', parse: "p"}}}, 'T', "1",
+			[]check{dropped(false), queue(1)}, false, false, false},
+		{"... then the Describe's ParameterDescription: dropped, its types noted",
+			linkState{swallow: []expect{{kind: 'i', parse: "p"}}}, 'T', "1t",
+			[]check{dropped(true), queue(1), func(t *testing.T, _ *link, st relayStep) {
+				if st.inferred != "p" {
+					t.Errorf("inferred = %q, want the statement's Parse body", st.inferred)
+				}
+			}}, false, false, false},
+		{"... and its NoData: dropped, the Describe answered",
+			linkState{swallow: []expect{{kind: 'i', parse: "p"}}}, 'T', "1tn",
+			[]check{dropped(true), queue(0)}, false, false, false},
+		{"a RowDescription before the Describe's ParameterDescription is not its answer: relayed",
+			linkState{swallow: []expect{{kind: 'i', parse: "p"}}}, 'T', "T",
+			[]check{dropped(false), queue(1)}, false, false, false},
+		{"the client's Parse failed: its error relayed as its own, the skipped Describe forgotten",
+			linkState{swallow: []expect{{kind: 'i', parse: "p"}}}, 'T', "E",
+			[]check{dropped(false), queue(0)}, false, false, false},
 		{"answers expected for a batch already ended: forgotten, their records taken back",
 			linkState{swallow: []expect{{kind: '1', undo: rec}}, rfqs: 1, batches: 2}, 'T', "C",
 			[]check{dropped(false), queue(0), undone(1)}, false, false, false},
