@@ -338,6 +338,7 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			ss.replay, ss.replayDue = nil, nil
 			if l != nil && open && l.replica {
 				ss.replay = newReplayLog(unnamed)
+				ss.replay.txOf, ss.replay.stmtText = ss.txOf, ss.preparedText
 				for _, m := range b.msgs {
 					ss.replay.add(m.typ, b.body(m))
 				}

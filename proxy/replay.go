@@ -16,6 +16,8 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
+
+	"github.com/pg-kinetic/pg-kinetic/classify"
 )
 
 // replayBudget bounds the bytes a replica part's log may hold; a larger
@@ -35,18 +37,49 @@ type replayLog struct {
 	unnamed string
 	parsed  map[string]string
 	closed  map[string]bool
+	// txOf tells the transaction-control role of a statement text;
+	// stmtText the text of a statement the client prepared before the
+	// part began (nil: none, in tests).
+	txOf     func(query string) classify.Tx
+	stmtText func(name string) string
 }
 
 type replayMsg struct {
 	typ     byte
 	body    []byte
-	unnamed string // a Bind of the unnamed statement: its Parse body
+	unnamed string      // a Bind of the unnamed statement: its Parse body
+	tx      classify.Tx // a Bind: its statement's transaction-control role
 }
 
 // newReplayLog starts the log of a replica part; unnamed is the client's
 // unnamed statement (Parse body) when the part begins.
 func newReplayLog(unnamed string) *replayLog {
 	return &replayLog{unnamed: unnamed}
+}
+
+// bindTx is the transaction-control role of the statement a Bind (body)
+// of the part uses.
+func (r *replayLog) bindTx(body []byte) classify.Tx {
+	if r.txOf == nil {
+		return classify.TxNone
+	}
+	stmt, err := bindStatement(body)
+	if err != nil {
+		return classify.TxNone
+	}
+	var query string
+	switch p, ok := r.parsed[stmt]; {
+	case stmt == "":
+		query = queryOf(r.unnamed)
+	case ok:
+		query = queryOf(p)
+	case r.stmtText != nil:
+		query = r.stmtText(stmt)
+	}
+	if query == "" {
+		return classify.TxNone
+	}
+	return r.txOf(query)
 }
 
 // add notes one client message of the replica part.
@@ -102,17 +135,24 @@ func (r *replayLog) add(typ byte, body []byte) {
 		if stmt, err := bindStatement(body); err == nil && stmt == "" {
 			m.unnamed = r.unnamed
 		}
+		m.tx = r.bindTx(body)
 	}
 	r.msgs = append(r.msgs, m)
 }
 
 // open returns the messages that make the part's portals still open: for
 // each, its last Bind and the Executes of it since, in the order sent.
+// A transaction's end (an Execute of COMMIT, ROLLBACK, PREPARE
+// TRANSACTION) destroys every portal before it, as on the server; a
+// portal of a transaction-control statement (BEGIN, SAVEPOINT, SET
+// TRANSACTION...) is never made again: running it again would change
+// the transaction the rest of the unit runs in.
 func (r *replayLog) open() []replayMsg {
 	if r == nil || r.broken {
 		return nil
 	}
 	live := map[string]bool{}
+	txPortal := map[string]classify.Tx{} // portals of transaction-control statements
 	keep := make([]bool, len(r.msgs))
 	bindAt := map[string]int{}
 	portalOf := func(m replayMsg) string {
@@ -127,6 +167,22 @@ func (r *replayLog) open() []replayMsg {
 		name := portalOf(m)
 		switch m.typ {
 		case 'B':
+			if m.tx != classify.TxNone {
+				// Not made again; a portal bound earlier under the name
+				// is gone all the same.
+				if j, ok := bindAt[name]; ok {
+					for k := j; k < i; k++ {
+						if portalOf(r.msgs[k]) == name {
+							keep[k] = false
+						}
+					}
+				}
+				delete(live, name)
+				delete(bindAt, name)
+				txPortal[name] = m.tx
+				continue
+			}
+			delete(txPortal, name)
 			if j, ok := bindAt[name]; ok {
 				// Bound again (the unnamed portal; a named one only after
 				// a Close): the earlier one and its Executes are gone.
@@ -138,6 +194,15 @@ func (r *replayLog) open() []replayMsg {
 			}
 			bindAt[name], live[name], keep[i] = i, true, true
 		case 'E':
+			if txPortal[name] == classify.TxEnd {
+				// The transaction ended: its portals are gone.
+				for k := range i {
+					keep[k] = false
+				}
+				clear(live)
+				clear(bindAt)
+				continue
+			}
 			keep[i] = live[name]
 		case 'C':
 			if live[name] {
@@ -234,4 +299,21 @@ func (m rawMessage) Encode(dst []byte) ([]byte, error) {
 	dst = append(dst, m.typ)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(m.body)+4))
 	return append(dst, m.body...), nil
+}
+
+// txOf is the transaction-control role of a statement text (of its first
+// such statement), by the session's classifier.
+func (ss *session) txOf(query string) classify.Tx {
+	for _, st := range ss.classifier.Classify(query).Statements {
+		if st.Tx != classify.TxNone {
+			return st.Tx
+		}
+	}
+	return classify.TxNone
+}
+
+// preparedText is the text of the client's statement name prepared by
+// Parse ("" if unknown; SQL PREPARE takes no transaction control).
+func (ss *session) preparedText(name string) string {
+	return ss.client.stmts[name].query
 }

@@ -2,9 +2,12 @@ package proxy
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pg-kinetic/pg-kinetic/classify"
 )
 
 // TestReplayLogOpen: what a replica part's log replays on the primary is
@@ -35,9 +38,15 @@ func TestReplayLogOpen(t *testing.T) {
 		{"unnamed bound twice", []enc{bind("", "s"), exec("", 1), bind("", "t"), exec("", 2)}, []string{"B:", "E:"}},
 		{"two portals", []enc{bind("a", "s"), bind("b", "t"), exec("a", 1), closeP("b"), exec("a", 1)}, []string{"B:a", "E:a", "E:a"}},
 		{"execute of a portal never bound here", []enc{exec("x", 1)}, nil},
+		{"a transaction's end destroys the portals before it", []enc{parse("", "begin read only"), bind("", ""), exec("", 0),
+			bind("p", "s"), exec("p", 1), parse("", "rollback"), bind("q", ""), exec("q", 0), bind("r", "s")}, []string{"B:r"}},
+		{"a transaction-control portal is not made again", []enc{bind("p", "s"), exec("p", 1), parse("", "savepoint a"), bind("", ""), exec("", 0),
+			parse("", "begin"), bind("", ""), exec("", 0)}, []string{"B:p", "E:p"}},
+		{"a COMMIT bound but not run ends nothing", []enc{bind("p", "s"), exec("p", 1), parse("c", "commit"), bind("q", "c")}, []string{"B:p", "E:p"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newReplayLog("")
+			r.txOf = testTxOf
 			for _, m := range tc.msgs {
 				r.add(body(m))
 			}
@@ -75,4 +84,17 @@ func TestReplayLogOpen(t *testing.T) {
 func portalName(m replayMsg) string {
 	name, _, _ := cstring(m.body)
 	return name
+}
+
+// testTxOf is txOf without a classifier, for the texts of these tests.
+func testTxOf(query string) classify.Tx {
+	switch strings.Fields(query)[0] {
+	case "begin":
+		return classify.TxBegin
+	case "commit", "rollback":
+		return classify.TxEnd
+	case "savepoint":
+		return classify.TxSavepoint
+	}
+	return classify.TxNone
 }
