@@ -239,12 +239,17 @@ type HA struct {
 // and per user; 0 is unlimited. MaxConcurrentDials bounds the logins in
 // progress to one server at once (a pg-kinetic extension: a storm of
 // clients waits for its turn instead of hitting the server all at once).
+//
+// ServerLifetimeMS, when set, is the route's own server_lifetime_ms
+// (PgBouncer's per-database server_lifetime); unset (nil), [server]'s
+// applies.
 type Pool struct {
-	Size               int `toml:"size"`
-	AcquireTimeoutMS   int `toml:"acquire_timeout_ms"`
-	MaxDBConnections   int `toml:"max_db_connections"`
-	MaxUserConnections int `toml:"max_user_connections"`
-	MaxConcurrentDials int `toml:"max_concurrent_dials"`
+	Size               int  `toml:"size"`
+	AcquireTimeoutMS   int  `toml:"acquire_timeout_ms"`
+	MaxDBConnections   int  `toml:"max_db_connections"`
+	MaxUserConnections int  `toml:"max_user_connections"`
+	MaxConcurrentDials int  `toml:"max_concurrent_dials"`
+	ServerLifetimeMS   *int `toml:"server_lifetime_ms"`
 }
 
 // QueryClass is one [[routes.query_classes]] entry. Name is required;
@@ -290,6 +295,15 @@ func (s Server) ClientIdleTimeout() time.Duration { return ms(s.ClientIdleTimeou
 
 // ServerLifetime is server_lifetime_ms (0: a connection is used once).
 func (s Server) ServerLifetime() time.Duration { return ms(s.ServerLifetimeMS) }
+
+// ServerLifetimeMSFor is the server_lifetime_ms of route r's server
+// connections: the route's own when set, else s's.
+func (s Server) ServerLifetimeMSFor(r *Route) int {
+	if r != nil && r.Pool.ServerLifetimeMS != nil {
+		return *r.Pool.ServerLifetimeMS
+	}
+	return s.ServerLifetimeMS
+}
 
 // ServerIdleTimeout is server_idle_timeout_ms (0: none).
 func (s Server) ServerIdleTimeout() time.Duration { return ms(s.ServerIdleTimeoutMS) }

@@ -138,6 +138,11 @@ func (d *decoder) decodeValue(p path, v any, fv reflect.Value) {
 		d.decodeStruct(p, m, fv)
 	case reflect.Slice:
 		d.decodeSlice(p, v, fv)
+	case reflect.Pointer:
+		// An optional value: nil when the key is absent, set when present.
+		e := reflect.New(fv.Type().Elem())
+		d.decodeValue(p, v, e.Elem())
+		fv.Set(e)
 	default:
 		panic("config: unsupported field kind " + fv.Kind().String())
 	}

@@ -394,8 +394,8 @@ func (v *validator) routes() {
 	}
 }
 
-// poolLimits checks max_db_connections, max_user_connections and
-// max_concurrent_dials. A per-user limit above the per-server one can
+// poolLimits checks max_db_connections, max_user_connections,
+// max_concurrent_dials and a route's own server_lifetime_ms. A per-user limit above the per-server one can
 // never be reached: it is refused rather than silently meaningless.
 func (v *validator) poolLimits(p path, pl *Pool) {
 	okDB := v.intRange(p.key("max_db_connections"), int64(pl.MaxDBConnections), 0, maxInt)
@@ -404,6 +404,9 @@ func (v *validator) poolLimits(p path, pl *Pool) {
 		v.problem(p.key("max_user_connections"), "must not exceed max_db_connections (%d)", pl.MaxDBConnections)
 	}
 	v.intRange(p.key("max_concurrent_dials"), int64(pl.MaxConcurrentDials), 1, maxInt)
+	if pl.ServerLifetimeMS != nil {
+		v.intRange(p.key("server_lifetime_ms"), int64(*pl.ServerLifetimeMS), 0, maxInt)
+	}
 }
 
 // authQuery checks auth_user, auth_query and auth_cache_ttl_ms. auth_user

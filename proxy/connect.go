@@ -303,7 +303,7 @@ func (ss *session) pool(addr string, connectTimeout time.Duration) (*pool.Pool, 
 		NoReset:        ss.txPool,
 		CheckAfter:     ss.checkAfter(),
 		Dialer:         pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: connectTimeout},
-		Lifetime:       serverLifetime(ss.cfg.Server),
+		Lifetime:       serverLifetime(ss.cfg.Server.ServerLifetimeMSFor(ss.route)),
 		IdleTimeout:    ss.cfg.Server.ServerIdleTimeout(),
 		Limits: pool.Limits{MaxDB: ss.route.Pool.MaxDBConnections, MaxUser: ss.route.Pool.MaxUserConnections,
 			MaxDials: ss.route.Pool.MaxConcurrentDials},
@@ -313,11 +313,11 @@ func (ss *session) pool(addr string, connectTimeout time.Duration) (*pool.Pool, 
 // serverLifetime is the pools' Lifetime for server_lifetime_ms, where 0
 // means a connection is used once (PgBouncer's server_lifetime = 0): every
 // connection is older than a nanosecond when it is released.
-func serverLifetime(s config.Server) time.Duration {
-	if s.ServerLifetimeMS == 0 {
+func serverLifetime(lifetimeMS int) time.Duration {
+	if lifetimeMS == 0 {
 		return time.Nanosecond
 	}
-	return s.ServerLifetime()
+	return time.Duration(lifetimeMS) * time.Millisecond
 }
 
 func (ss *session) connectError(addr string, err error) error {

@@ -70,7 +70,9 @@ func (r *replayLog) bindTx(body []byte) classify.Tx {
 	var query string
 	switch p, ok := r.parsed[stmt]; {
 	case stmt == "":
-		query = queryOf(r.unnamed)
+		if r.unnamed != "" { // (a well-formed Parse body: trackFrontend took it)
+			query = queryOf(r.unnamed)
+		}
 	case ok:
 		query = queryOf(p)
 	case r.stmtText != nil:

@@ -42,6 +42,7 @@ func TestReplayLogOpen(t *testing.T) {
 			bind("p", "s"), exec("p", 1), parse("", "rollback"), bind("q", ""), exec("q", 0), bind("r", "s")}, []string{"B:r"}},
 		{"a transaction-control portal is not made again", []enc{bind("p", "s"), exec("p", 1), parse("", "savepoint a"), bind("", ""), exec("", 0),
 			parse("", "begin"), bind("", ""), exec("", 0)}, []string{"B:p", "E:p"}},
+		{"a Bind of the unnamed statement where there is none", []enc{bind("", ""), exec("", 0)}, []string{"B:", "E:"}},
 		{"a COMMIT bound but not run ends nothing", []enc{bind("p", "s"), exec("p", 1), parse("c", "commit"), bind("q", "c")}, []string{"B:p", "E:p"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -65,7 +65,7 @@ func waitGone(t *testing.T, ctx context.Context, cl *pgtest.Cluster, pid int64, 
 // server connection serves one session (or one transaction) and is closed
 // when released: two clients in a row get two server processes, and the
 // first one's is gone. With the default lifetime (1 h) the second reuses
-// the first's connection.
+// the first's connection. A route's own server_lifetime_ms overrides it.
 func TestServerLifetimeZeroUsesOnce(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 30*time.Second)
@@ -80,6 +80,16 @@ func TestServerLifetimeZeroUsesOnce(t *testing.T) {
 		t.Fatalf("server_lifetime_ms = 0: both clients ran on server process %d", a)
 	}
 	waitGone(t, ctx, cl, a, "server_lifetime_ms = 0 should close it at release")
+
+	// A route's own value ([routes.pool]) overrides [server]'s, both ways.
+	route := kinetictest.Start(t, cl, kinetictest.Params{PoolSize: 1, PoolExtra: "server_lifetime_ms = 0"})
+	if a, b := backendPID(t, ctx, route.AppDSN()), backendPID(t, ctx, route.AppDSN()); a == b {
+		t.Fatalf("routes.pool.server_lifetime_ms = 0: both clients ran on server process %d", a)
+	}
+	long := kinetictest.Start(t, cl, kinetictest.Params{PoolSize: 1, ServerExtra: "server_lifetime_ms = 0", PoolExtra: "server_lifetime_ms = 3600000"})
+	if a, b := backendPID(t, ctx, long.AppDSN()), backendPID(t, ctx, long.AppDSN()); a != b {
+		t.Fatalf("routes.pool.server_lifetime_ms = 3600000 under [server]'s 0: pids %d then %d, want the pooled connection reused", a, b)
+	}
 }
 
 // TestServerLifetimeClosesOldConnections: with server_lifetime_ms = 400 a
