@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,6 +78,55 @@ func containsFold(s, w string) bool {
 	return false
 }
 
+// settleLocalUnnamed makes a batch that Binds or Describes the unnamed
+// statement (before Parsing one of its own) wait while a Parse of the
+// unnamed statement that replaced a local one (a pg_kinetic.* command) is
+// still unanswered in a pipelined batch before it: if the server skips
+// that Parse (an error earlier in its batch), the client's unnamed
+// statement is the local one again (undoClient), and the Bind is the
+// proxy's to answer, with 25P02 in a failed transaction, as directly.
+// Decided before the answer, the Bind went to the server, which held no
+// unnamed statement: 26000. Only this case waits (one round trip); any
+// other pipelined batch is planned at once.
+func (ss *session) settleLocalUnnamed(b *batch) {
+	l := ss.cur
+	if l == nil {
+		return
+	}
+	uses := false
+scan:
+	for _, m := range b.msgs {
+		body := b.body(m)
+		switch m.typ {
+		case 'P':
+			if n, err := parseName(body); err == nil && n == "" {
+				break scan
+			}
+		case 'B':
+			if st, err := bindStatement(body); err == nil && st == "" {
+				uses = true
+				break scan
+			}
+		case 'D':
+			if k, n, err := describeTarget(body); err == nil && k == 'S' && n == "" {
+				uses = true
+				break scan
+			}
+		}
+	}
+	if !uses {
+		return
+	}
+	replaced := func(op stmtOp) bool {
+		return op.kind == 'P' && op.name == "" && op.prevLocal != nil && !op.noop && op.batch < l.batches
+	}
+	ss.mu.Lock()
+	for !l.dead && !ss.killed && slices.ContainsFunc(l.ops, replaced) {
+		ss.turn.Wait()
+	}
+	ss.mu.Unlock()
+}
+
 // localSplit is localPlan's answer for a batch.
 type localSplit struct {
 	local []bool // per message: the proxy answers it
@@ -96,6 +146,7 @@ type localSplit struct {
 // following the names the batch defines in order. nil when there are none
 // (the common case costs one scan of the Parse texts).
 func (ss *session) localPlan(b *batch) *localSplit {
+	ss.settleLocalUnnamed(b)
 	ss.applyClientUndo()
 	if len(ss.client.kportals) > 0 || len(ss.client.srvPortals) > 0 {
 		// Portals end with their transaction, the proxy's as the
