@@ -241,10 +241,18 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 						continue
 					}
 				}
+				if !l.replica {
+					ss.noteStreamed(&one)
+				}
 				if err := ss.forwardOne(l, &one); err != nil {
 					return false, err
 				}
 				continue
+			}
+			if ss.stream != nil && !l.replica && (h.Type == 'B' || h.Type == 'Q' || h.Type == 'F') {
+				// Not read before it is forwarded (large, or a call
+				// that ends the unit): it may write, or end the block.
+				ss.streamUnit.read, ss.streamUnit.txEnd = false, true
 			}
 			if ss.stream != nil && (h.Type == 'Q' || h.Type == 'F') {
 				if run, err := ss.streamedCall(l); err != nil {
@@ -421,6 +429,29 @@ func isLocalCandidate(h wire.Header) bool {
 		return h.Len <= wire.MaxSmallBodyLen
 	}
 	return false
+}
+
+// noteStreamed merges into the facts of the unit open on the primary
+// (streamUnit, as routed at its Flush) what a Bind of its rest runs: a
+// write, or a transaction's end, after a part that only read. The
+// position read when the unit's Sync comes (afterUnit) depends on them:
+// a COMMIT there ends the block its earlier units wrote in, and without
+// a position read after it the session's next read could go to a
+// replica that has not replayed the commit.
+func (ss *session) noteStreamed(one *batch) {
+	if one.msgs[0].typ != 'B' {
+		return
+	}
+	u, _ := ss.analyze(one, false)
+	if !u.read {
+		ss.streamUnit.read = false
+	}
+	if u.txEnd {
+		ss.streamUnit.txEnd = true
+	}
+	if u.lastTx != 0 {
+		ss.streamUnit.lastTx = u.lastTx
+	}
 }
 
 // endStream closes an open unit (one routed at a Flush, or oversized) when
