@@ -241,9 +241,6 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 						continue
 					}
 				}
-				if !l.replica {
-					ss.noteStreamed(&one)
-				}
 				if err := ss.forwardOne(l, &one); err != nil {
 					return false, err
 				}
@@ -438,11 +435,7 @@ func isLocalCandidate(h wire.Header) bool {
 // a COMMIT there ends the block its earlier units wrote in, and without
 // a position read after it the session's next read could go to a
 // replica that has not replayed the commit.
-func (ss *session) noteStreamed(one *batch) {
-	if one.msgs[0].typ != 'B' {
-		return
-	}
-	u, _ := ss.analyze(one, false)
+func (ss *session) noteStreamed(u unitInfo) {
 	if !u.read {
 		ss.streamUnit.read = false
 	}
@@ -587,9 +580,12 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 	if typ == 'P' || typ == 'B' {
 		// Its session effects (SET, PREPARE, pinning) count as a routed
 		// unit's do.
-		_, ds := ss.analyze(b, false)
+		u, ds := ss.analyze(b, false)
 		if typ == 'B' {
 			ss.discardNow(l, ds) // (the Bind of its Execute)
+			if !l.replica {
+				ss.noteStreamed(u)
+			}
 		}
 		ss.recordEffects(ds)
 		ss.noteResets(l, ds)
@@ -781,6 +777,7 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 		// server the rest runs on lacks them (unitEnded).
 		l.st.settings = settingsUnknown
 		ss.movedEffects = true
+		ss.heldCommitted = committedLast(ss.effects, ss.unitSeq)
 	}
 	ss.mu.Unlock()
 	ss.stream = nil
@@ -796,6 +793,26 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 	// of the unit's, from another server, is answered.
 	ss.awaitReadyForQuery(l, synced)
 	return true, nil
+}
+
+// committedLast reports whether the session's SETs in unit seq are all
+// followed by a COMMIT of the unit (the markers effects record): a later
+// failure of the unit leaves them made.
+func committedLast(effects []effect, seq uint64) bool {
+	committed := false
+	for _, e := range effects {
+		switch {
+		case e.seq != seq:
+		case e.commit:
+			committed = true
+		case e.rollback:
+			// (undoes only SETs since the last COMMIT: those already
+			// made committed false)
+		default:
+			committed = false // a SET after the last COMMIT
+		}
+	}
+	return committed
 }
 
 // noteSQLPrepares records on l the SQL PREPAREs of a message of an open

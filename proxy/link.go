@@ -963,8 +963,10 @@ func (ss *session) reportHeldParams() error {
 	held := ss.heldParams
 	ss.heldParams = nil
 	// A unit that failed or rolled back undid those SETs: PostgreSQL
-	// reports nothing then (the value is the one it last reported).
-	undone := ss.unitErr || ss.lastTag == "ROLLBACK"
+	// reports nothing then (the value is the one it last reported),
+	// unless a COMMIT of the unit made them first.
+	undone := (ss.unitErr || ss.lastTag == "ROLLBACK") && !ss.heldCommitted
+	ss.heldCommitted = false
 	ss.mu.Unlock()
 	if len(held) == 0 || undone {
 		return nil

@@ -99,3 +99,27 @@ func testTxOf(query string) classify.Tx {
 	}
 	return classify.TxNone
 }
+
+// TestCommittedLast: the replica part's SETs hold after the unit fails
+// only if a COMMIT of the unit followed each of them.
+func TestCommittedLast(t *testing.T) {
+	set := effect{kind: classify.EffectSet, seq: 7}
+	commit := effect{commit: true, seq: 7}
+	rollback := effect{rollback: true, seq: 7}
+	other := effect{commit: true, seq: 6}
+	for _, tc := range []struct {
+		name string
+		e    []effect
+		want bool
+	}{
+		{"SET alone", []effect{set}, false},
+		{"SET then COMMIT", []effect{set, commit}, true},
+		{"SET, COMMIT, SET", []effect{set, commit, set}, false},
+		{"SET, COMMIT, ROLLBACK", []effect{set, commit, rollback}, true},
+		{"a COMMIT of another unit", []effect{other, set}, false},
+	} {
+		if got := committedLast(tc.e, 7); got != tc.want {
+			t.Errorf("%s: committedLast = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

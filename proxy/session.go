@@ -146,6 +146,9 @@ type session struct {
 	// heldParams: ParameterStatus for the client from a Sync of the
 	// proxy's own (reportHeldParams).
 	heldParams []pgproto3.ParameterStatus
+	// heldCommitted: a COMMIT of the unit followed every SET of the part
+	// those came from: they hold whatever the rest of the unit does.
+	heldCommitted bool
 	// undoneParams: ParameterStatus a server sent when the proxy failed
 	// its transaction block (abortServerTx: the block's SETs undone), for
 	// the client before its next ReadyForQuery, which the proxy sends
