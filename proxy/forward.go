@@ -941,6 +941,9 @@ func (ss *session) buffer(l *link, b *batch) error {
 	if b.limit > 0 {
 		msgs = msgs[:b.limit]
 	}
+	// What of the batch is written (learnTypes): the client's messages,
+	// and whether one of them is a Describe of a statement.
+	written, describedBefore := 0, false
 	for i, m := range msgs {
 		body := b.body(m)
 		if late >= 0 && i >= len(front.msgs) && (m.typ == 'B' || m.typ == 'D' || m.typ == 'P') {
@@ -975,7 +978,7 @@ func (ss *session) buffer(l *link, b *batch) error {
 		if m.typ == 'B' {
 			body = ss.bindToWrite(l, body)
 		}
-		learn := m.typ == 'P' && ss.learnTypes(l, body)
+		learn := m.typ == 'P' && ss.learnTypes(l, body, written, describedBefore)
 		if err := ss.trackFrontend(l, m.typ, body); err != nil {
 			return errServerGone
 		}
@@ -991,6 +994,10 @@ func (ss *session) buffer(l *link, b *batch) error {
 			if err := ss.injectLearnTypes(l, name, body); err != nil {
 				return errServerGone
 			}
+		}
+		written++
+		if m.typ == 'D' && len(body) > 0 && body[0] == 'S' {
+			describedBefore = true
 		}
 	}
 	return nil

@@ -343,12 +343,16 @@ func (ss *session) noteInferredLocked(parse string, body []byte) {
 // the types. So it is asked for a named statement of no rows (the only
 // kind described in a failed transaction) with a parameter type left to
 // the server, when the statement may be used on another server
-// (routing, transaction pooling), and only when the Parse is the first
-// of the client's messages on l still to be answered: the Describe's
-// answer then follows the Parse's, with nothing of the client's that
-// could look like it in between. The Describe adds no statement and no
-// round trip.
-func (ss *session) learnTypes(l *link, body []byte) bool {
+// (routing, transaction pooling), and only when nothing of the client's
+// still to be answered on l can send a ParameterDescription before the
+// Describe's (the client's messages unanswered there are the written
+// ones of this batch, written, and none of them Describes a statement,
+// describedBefore): that one is then the Describe's. The Describe adds
+// no statement and no round trip.
+func (ss *session) learnTypes(l *link, body []byte, written int, describedBefore bool) bool {
+	if describedBefore {
+		return false
+	}
 	if !ss.txPool && !ss.freshnessOn() {
 		return false
 	}
@@ -358,7 +362,7 @@ func (ss *session) learnTypes(l *link, body []byte) bool {
 	}
 	ss.mu.Lock()
 	_, known := ss.inferred[string(body)]
-	first := l.sent == 0 && l.batches == l.rfqs && l.failed != l.batches+1
+	first := l.sent == written && l.batches == l.rfqs && l.failed != l.batches+1
 	ss.mu.Unlock()
 	if known || !first {
 		return false
