@@ -2178,10 +2178,8 @@ func (ss *session) settleEffects(n, drop int, ok bool) {
 		done = nil // (markers alone change nothing)
 	}
 	if ok && len(done) > 0 {
+		done = keptEffects(done)
 		for _, e := range done {
-			if e.marker() {
-				continue
-			}
 			switch e.kind {
 			case classify.EffectSet:
 				ss.applySetting(e.setting)
@@ -2231,6 +2229,27 @@ func (ss *session) settleEffects(n, drop int, ok bool) {
 	ss.unitErr = false
 	ss.restored = false
 	ss.movedEffects = false
+}
+
+// keptEffects returns the effects (markers left out) that a ROLLBACK
+// among them did not undo: one undoes those since the last COMMIT before
+// it, the transaction it ended (a BEGIN makes what its batch ran before
+// it part of the block, so nothing earlier of the unit survives it
+// either).
+func keptEffects(done []effect) []effect {
+	var out []effect
+	since := 0 // where the current transaction's effects begin in out
+	for _, e := range done {
+		switch {
+		case e.commit:
+			since = len(out)
+		case e.rollback:
+			out = out[:since]
+		default:
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // settingsTracked reports whether the session's SETs are known: with

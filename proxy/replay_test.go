@@ -123,3 +123,33 @@ func TestCommittedLast(t *testing.T) {
 		}
 	}
 }
+
+// TestKeptEffects: a ROLLBACK undoes the SETs since the last COMMIT
+// before it; what follows it holds.
+func TestKeptEffects(t *testing.T) {
+	set := func(name string) effect {
+		return effect{kind: classify.EffectSet, setting: classify.Setting{Name: name}}
+	}
+	commit, rollback := effect{commit: true}, effect{rollback: true}
+	names := func(es []effect) string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.setting.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct {
+		in   []effect
+		want string
+	}{
+		{[]effect{set("a"), rollback}, ""},
+		{[]effect{set("a"), commit, set("b"), rollback}, "a"},
+		{[]effect{set("a"), rollback, set("b")}, "b"},
+		{[]effect{set("a"), commit, rollback, set("b")}, "a,b"},
+		{[]effect{set("a"), set("b")}, "a,b"},
+	} {
+		if got := names(keptEffects(tc.in)); got != tc.want {
+			t.Errorf("keptEffects(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
