@@ -89,10 +89,6 @@ func containsFold(s, w string) bool {
 // unnamed statement: 26000. Only this case waits (one round trip); any
 // other pipelined batch is planned at once.
 func (ss *session) settleLocalUnnamed(b *batch) {
-	l := ss.cur
-	if l == nil {
-		return
-	}
 	uses := false
 scan:
 	for _, m := range b.msgs {
@@ -117,10 +113,15 @@ scan:
 	if !uses {
 		return
 	}
+	ss.mu.Lock()
+	l := ss.cur // (a server reader releases it in transaction pooling)
+	if l == nil {
+		ss.mu.Unlock()
+		return
+	}
 	replaced := func(op stmtOp) bool {
 		return op.kind == 'P' && op.name == "" && op.prevLocal != nil && !op.noop && op.batch < l.batches
 	}
-	ss.mu.Lock()
 	for !l.dead && !ss.killed && slices.ContainsFunc(l.ops, replaced) {
 		ss.turn.Wait()
 	}
