@@ -238,9 +238,42 @@
 // (10963455043048781606; the unit-0 hang above). The inferred-type
 // Describe class (above) is the only known one left that reproduces.
 //
+// In the day's last session, 10,000 sequences per mode (session /
+// session-routing / transaction / transaction-routing), each class fixed
+// at its root with a regression seed:
+//   - 191919 (after the moved-unit Flush fix, 37e1e2f, and the inferred
+//     types learnt by a Describe after the client's Parse, b3d450c): 0 /
+//     1 / 0 / 1, one class: the portal replay ran a BEGIN READ ONLY
+//     portal of the replica part again on the primary (25006; fixed,
+//     8ecc230);
+//   - 202020: 1 / 10 / 3 / 11, most of it a panic 8ecc230 had brought
+//     (XX000, fixed 1e81b99); besides, a Bind of a local unnamed
+//     statement after a pipelined Parse the server skipped (all modes,
+//     fixed d05541b), and a read-your-writes violation, 1 run in 2 on the
+//     old code: a COMMIT in the rest of a unit routed at a Flush got no
+//     WAL position read after it (fixed f3ec2ea, and
+//     TestCommitInOpenUnitThenRead in test/e2e fails on it every time);
+//   - 616161: 0 / 2 / 1 / 3 (fixed: a committed SET's ParameterStatus
+//     dropped with a failed moved rest, 7b4a6d7; the inferred types of a
+//     statement Parsed after other messages of its batch, 3c10e49);
+//   - 232323 (on 3c10e49): 0 / 2 / 2 / 3 (fixed: a ROLLBACK in a unit
+//     left the session with the SETs it undid, d86d6f1).
+// Open after them: in a pipeline whose first batch fails, the PREPARE a
+// later Parse of a SQL-PREPAREd name needs is replayed at the start of
+// its batch and fails there (25P02) in place of an earlier Close's
+// CloseComplete (10066516858148177312, routed modes); a Describe S in
+// pipelined Syncs answered 25P02 (2461579485290359900, routed modes, not
+// yet diagnosed); and, in the transaction modes only and not reproduced
+// alone, 0A000 at a Bind (17198292917881895050), 25P02 at a Describe S
+// (17568478576446644657) and 25P02 for 34000 (2024141487199610067): the
+// shared-connection class above.
+//
 // So `make test` replays the regression seeds in every mode and runs
-// 10,000 sequences in session pooling only; `make differential` is the
-// 10,000-per-mode run.
+// 10,000 sequences in session pooling only (616161, which passes there
+// every time): with 1 to 3 mismatching sequences left per 10,000 in the
+// other modes, some of them not reproducible alone, a fixed seed there
+// would fail CI by chance. `make differential` is the 10,000-per-mode
+// run.
 //
 // Regressions: testdata/regressions.txt holds one sequence a line ("SEED
 // [keep=I,J] [twice] [features=...] # mode: class"), replayed first in
