@@ -258,6 +258,7 @@
 //     statement Parsed after other messages of its batch, 3c10e49);
 //   - 232323 (on 3c10e49): 0 / 2 / 2 / 3 (fixed: a ROLLBACK in a unit
 //     left the session with the SETs it undid, d86d6f1).
+//
 // Open after them: in a pipeline whose first batch fails, the PREPARE a
 // later Parse of a SQL-PREPAREd name needs is replayed at the start of
 // its batch and fails there (25P02) in place of an earlier Close's
