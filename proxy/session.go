@@ -254,6 +254,10 @@ type session struct {
 	// end that transaction (a Sync, a simple Query). Session goroutine.
 	restOpen bool
 	extBatch bool // injectStatements runs for an extended-protocol batch (ensureSQLStatement)
+	// injBatch, injAt: the batch injectStatements prepares for and the
+	// index of the message it prepares now (skippedInFailedTx).
+	injBatch *batch
+	injAt    int
 	// seenTerminations is the Server's terminations count this session
 	// last checked its primary backend at (session goroutine).
 	seenTerminations uint64

@@ -219,6 +219,9 @@ func (ss *session) ensureStatementCheck(l *link, name string, use byte, check bo
 	} else if waited {
 		return ss.ensureStatementCheck(l, name, use, check) // the record and the status may have changed
 	}
+	if ss.skippedInFailedTx() {
+		return nil
+	}
 	var p pgproto3.Parse
 	if err := p.Decode([]byte(want.parse)); err != nil {
 		return err
@@ -572,6 +575,36 @@ func (ss *session) makeRoom(l *link, b *batch, ds []*classified) error {
 	return nil
 }
 
+// skippedInFailedTx reports whether the server will skip the message
+// injectStatements prepares for (injAt of injBatch) because the
+// transaction is failed and a message of the batch before it fails for
+// certain: a Parse of a statement that is not a transaction exit, with no
+// Execute before it (a ROLLBACK run could end the failed state). What the
+// proxy would prepare for it would fail too, ahead of every message of
+// the batch, in place of the first one's answer (a Close's CloseComplete,
+// which PostgreSQL sends in a failed transaction). Callers know the
+// status: batches pipelined before are answered (settleBatches).
+func (ss *session) skippedInFailedTx() bool {
+	b := ss.injBatch
+	if b == nil || ss.txStatus() != 'E' {
+		return false
+	}
+	for _, m := range b.msgs[:min(ss.injAt, len(b.msgs))] {
+		switch m.typ {
+		case 'E':
+			return false
+		case 'P':
+			_, q, err := parseNames(b.body(m))
+			q = strings.TrimSpace(q)
+			if err != nil || q == "" || strings.HasPrefix(q, "/*") || strings.HasPrefix(q, "--") || exitsFailedTx(q) {
+				continue // (accepted there, or not known to fail)
+			}
+			return true
+		}
+	}
+	return false
+}
+
 // injectStatements prepares on l, ahead of every message of b, the
 // statements that b's Binds and Describes use but that l does not hold as
 // the client prepared them (it prepared them on another server, or l
@@ -583,7 +616,8 @@ func (ss *session) makeRoom(l *link, b *batch, ds []*classified) error {
 // step).
 func (ss *session) injectStatements(l *link, b *batch) error {
 	ss.extBatch = !slices.ContainsFunc(b.msgs, func(m batchMsg) bool { return m.typ == 'Q' || m.typ == 'F' })
-	defer func() { ss.extBatch = false }()
+	ss.injBatch = b
+	defer func() { ss.extBatch, ss.injBatch = false, nil }()
 	// SQL PREPAREs to replay go first: outside a batch under way they are
 	// simple Queries, which destroy the unnamed statement a re-Parse
 	// below may have just prepared.
@@ -617,6 +651,7 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 					// must hold that one to refuse the Parse (42P05).
 					if _, parsed := ss.client.stmts[n]; !parsed {
 						if _, prepared := ss.client.sqlPrepared[n]; prepared {
+							ss.injAt = i
 							if err := ss.ensureSQLStatement(l, n, useOf(i, 'P')); err != nil {
 								return err
 							}
@@ -636,6 +671,7 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 					continue
 				}
 				if _, prepared := ss.client.sqlPrepared[ref]; prepared {
+					ss.injAt = i
 					if err := ss.ensureSQLStatement(l, ref, useOf(i, m.typ)); err != nil {
 						return err
 					}
@@ -653,6 +689,7 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 	// its later messages follow without injections between them.
 	for i, m := range b.msgs {
 		body := b.body(m)
+		ss.injAt = i
 		var name string
 		switch m.typ {
 		case 'P':
@@ -769,6 +806,9 @@ func (ss *session) ensureSQLStatement(l *link, name string, use byte) error {
 		return err
 	} else if waited {
 		return ss.ensureSQLStatement(l, name, use)
+	}
+	if ss.skippedInFailedTx() {
+		return nil
 	}
 	if ss.standInUse(l, use) {
 		if info, ok := classify.DescribeSQLPrepare(want.text); ok {
