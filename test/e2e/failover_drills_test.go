@@ -40,6 +40,11 @@ type drillStats struct {
 	// server answer): 25006 would be a write sent to a standby.
 	writeErrors map[string]int
 	ryw         []string // read-your-writes violations
+	// Monotonic reads: the session's row count as its last read saw it,
+	// on connection monoInc (-1: no baseline: a new connection, or a
+	// KN002 told it writes were lost), and the violations.
+	monoInc, monoLast int
+	mono              []string
 }
 
 // TestFailoverDrills (issue 14 item 8): five unplanned failovers in a row
@@ -57,7 +62,9 @@ type drillStats struct {
 // standby); every session with a lost write told KN002 at its next unit,
 // including one that kept going after its write failed with 08006 during
 // the outage (sessionEnded); read-your-writes for every read that got an
-// answer. A KN002 for a session whose writes all survived (a token read
+// answer, and monotonic reads: a session's count of its own rows never
+// goes down on one connection unless a KN002 told it of lost writes. A
+// KN002 for a session whose writes all survived (a token read
 // after other sessions' lost WAL, or a write whose position was not read
 // before the kill: "may have been lost") is logged, not an error.
 //
@@ -285,6 +292,9 @@ func TestFailoverDrills(t *testing.T) {
 				t.Errorf("session %d: write seq %d was lost and never reported on its connection", i, w.seq)
 			}
 		}
+		for _, v := range st.mono {
+			t.Errorf("session %d: monotonic-read violation: %s", i, v)
+		}
 		for _, v := range st.ryw {
 			t.Errorf("session %d: read-your-writes violation: %s", i, v)
 		}
@@ -404,6 +414,7 @@ func (st *drillStats) round(ctx context.Context, c *pgx.Conn, tbl string, i, seq
 			switch {
 			case code == "KN002":
 				st.kn002 = append(st.kn002, drillReport{inc, *lastAcked})
+				st.monoInc = -1 // (its lost writes may be counted no more)
 			case sessionEnded(c, code):
 				end(err)
 			}
@@ -412,19 +423,31 @@ func (st *drillStats) round(ctx context.Context, c *pgx.Conn, tbl string, i, seq
 		}
 		st.writes = append(st.writes, drillWrite{session: i, seq: seq, port: port, at: time.Now(), drill: int(drill.Load()), inc: inc})
 		*lastAcked = seq
-		// Read it back, and once more.
+		// Read it back; then count the session's rows (monotonic reads:
+		// never fewer than the last count on this connection, unless a
+		// KN002 told it writes were lost).
 		for r := 0; r < 2; r++ {
 			octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			var n int
-			err := c.QueryRow(octx, fmt.Sprintf("select count(*) from %s where session = %d and seq = %d", tbl, i, seq)).Scan(&n)
+			q := fmt.Sprintf("select count(*) from %s where session = %d and seq = %d", tbl, i, seq)
+			if r == 1 {
+				q = fmt.Sprintf("select count(*) from %s where session = %d", tbl, i)
+			}
+			err := c.QueryRow(octx, q).Scan(&n)
 			cancel()
 			switch code := pgCode(err); {
-			case err == nil && n != 1:
+			case err == nil && r == 0 && n != 1:
 				st.ryw = append(st.ryw, fmt.Sprintf("seq %d read back as %d rows at %s (acknowledged by port %d)", seq, n, time.Now().UTC().Format("15:04:05.000"), port))
+			case err == nil && r == 1:
+				if st.monoInc == inc && n < st.monoLast {
+					st.mono = append(st.mono, fmt.Sprintf("after seq %d the session's rows counted %d at %s, %d before", seq, n, time.Now().UTC().Format("15:04:05.000"), st.monoLast))
+				}
+				st.monoInc, st.monoLast = inc, n
 			case code == "KN002":
 				// The write was lost and the session told so: read back
 				// again, it is rightly absent.
 				st.kn002 = append(st.kn002, drillReport{inc, *lastAcked})
+				st.monoInc = -1
 				return
 			case err != nil:
 				if code == "" {
