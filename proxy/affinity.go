@@ -223,7 +223,7 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.
 			ask[c.addr] = true
 		}
 	}
-	asked := time.Now()
+	asked, before := time.Now(), ss.snapshot()
 	ch := make(chan answer, len(ask))
 	n := 0
 	for addr := range ask {
@@ -236,7 +236,6 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.
 	}
 	timer := time.NewTimer(replayWait)
 	defer timer.Stop()
-	snap := ss.snapshot()
 	for ; n > 0; n-- {
 		var a answer
 		select {
@@ -247,15 +246,19 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.
 		if a.err != nil {
 			continue
 		}
-		ss.srv.observe(a.addr, a.tok)
+		// The run of the server the answer belongs to: the reader checked
+		// the server's start time against the probes' when it read, some
+		// time between the snapshot taken before the requests and one
+		// taken now. When both show the same start time, so did the
+		// reader's; otherwise the run is unknown (zero: neither recorded
+		// nor a bound).
+		started := startedIn(before, a.addr)
+		if !startedIn(ss.snapshot(), a.addr).Equal(started) {
+			started = time.Time{}
+		}
+		ss.srv.observe(a.addr, a.tok, started)
 		if !req.Floor.IsZero() && a.tok.Timeline == req.Floor.Timeline && a.tok.LSN >= req.Floor.LSN {
 			changed = true
-		}
-		var started time.Time
-		if snap != nil {
-			if v, ok := snap.Get(a.addr); ok {
-				started = v.StartedAt
-			}
 		}
 		ss.mu.Lock()
 		kept := ss.fresh.seen[:0]
@@ -274,4 +277,14 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.
 		ss.mu.Unlock()
 	}
 	return raised, changed
+}
+
+// startedIn is the start time snap shows for server addr (zero: unknown).
+func startedIn(snap *health.Snapshot, addr string) time.Time {
+	if snap != nil {
+		if v, ok := snap.Get(addr); ok {
+			return v.StartedAt
+		}
+	}
+	return time.Time{}
 }

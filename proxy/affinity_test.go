@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/pg-kinetic/pg-kinetic/config"
 	"github.com/pg-kinetic/pg-kinetic/freshness"
 	"github.com/pg-kinetic/pg-kinetic/health"
 )
@@ -79,5 +80,34 @@ func TestDecideAffine(t *testing.T) {
 	cands[0].eligible = false
 	if d := decide(s, u, cands, 0.5); d.addr != "b:5432" {
 		t.Fatalf("affine replica not eligible: %+v, want b", d)
+	}
+}
+
+// A replay position read on demand counts for a replica only while the
+// probes show the same run of the server: a standby that restarted may
+// have come back behind it (it starts at its minimum recovery point).
+func TestObservedReplayPerRun(t *testing.T) {
+	const a = "a:5432"
+	rt := &config.Route{Name: "main", Replicas: []config.Endpoint{{Address: a, Weight: 1}}}
+	started := time.Unix(1764547200, 0)
+	now := time.Now()
+	snapAt := func(start time.Time) *health.Snapshot {
+		v := health.Verdict{ProbedAt: now, Reachable: true, Detected: health.RoleStandby,
+			Timeline: 1, ReplayLSN: 100, StartedAt: start}
+		v.Addr, v.Configured = a, health.RoleStandby
+		return health.NewSnapshot(v)
+	}
+	req := freshness.Requirement{Floor: freshness.Token{Timeline: 1, LSN: 500}, VerdictTTL: time.Minute}
+	s := &Server{}
+	s.observe(a, freshness.Token{Timeline: 1, LSN: 600}, started)
+	if c := s.candidatesFrom(rt, snapAt(started), req); !c[0].eligible {
+		t.Fatalf("same run, observed 600 >= floor 500: %+v, want eligible", c[0])
+	}
+	if c := s.candidatesFrom(rt, snapAt(started.Add(time.Minute)), req); c[0].eligible {
+		t.Fatalf("restarted (probe shows another start time, replay 100): %+v, want not eligible", c[0])
+	}
+	s.observe(a, freshness.Token{Timeline: 1, LSN: 900}, time.Time{})
+	if c := s.candidatesFrom(rt, snapAt(time.Time{}), freshness.Requirement{Floor: freshness.Token{Timeline: 1, LSN: 700}, VerdictTTL: time.Minute}); c[0].eligible {
+		t.Fatalf("a position of an unknown run was used: %+v", c[0])
 	}
 }

@@ -101,7 +101,7 @@ func TestCaptureAccounting(t *testing.T) {
 		ss := newSession()
 		ss.fresh.captures = 1
 		// (A read's position: a write's would also tell the client.)
-		go ss.applyPosition(captureRead, freshness.Token{Timeline: 1, LSN: 42}, true, "", false, 0, 1)
+		go ss.applyPosition(captureRead, freshness.Token{Timeline: 1, LSN: 42}, true, false, 0, 1)
 		if !ss.waitCaptures() {
 			t.Fatal("waitCaptures = false after the position arrived")
 		}
@@ -152,13 +152,13 @@ func TestUnsureWrite(t *testing.T) {
 	t.Run("its position query fails; a later primary's answer does not cover it", func(t *testing.T) {
 		ss, _ := newSession()
 		counted(ss, 2, 7)
-		ss.applyPosition(captureWrite, freshness.Token{}, false, "", false, 1, 7)
+		ss.applyPosition(captureWrite, freshness.Token{}, false, false, 1, 7)
 		u, _ := state(ss)
 		if u.timeline != 1 || u.seq != 7 || !ss.owesCapture() {
 			t.Fatalf("after a failed position: unsure %+v, debt %v; want timeline 1 seq 7 and a debt", u, ss.owesCapture())
 		}
 		// The debt paid by the new primary, on timeline 2.
-		ss.applyPosition(captureWrite, at(2, 900), true, "", true, 1, 8)
+		ss.applyPosition(captureWrite, at(2, 900), true, true, 1, 8)
 		if u, tok := state(ss); u.timeline != 1 || tok != at(1, 100) {
 			t.Fatalf("after timeline 2's position: unsure %+v, token %v; want still unsure on 1 and the token 1:0/64", u, tok)
 		}
@@ -170,11 +170,11 @@ func TestUnsureWrite(t *testing.T) {
 		ss.mu.Lock()
 		ss.markUnsureLocked(1)
 		ss.mu.Unlock()
-		ss.applyPosition(captureRead, at(1, 300), true, "", false, 0, 4)
+		ss.applyPosition(captureRead, at(1, 300), true, false, 0, 4)
 		if u, _ := state(ss); u.timeline != 1 {
 			t.Fatalf("an answer asked for before the write cleared it: %+v", u)
 		}
-		ss.applyPosition(captureRead, at(1, 400), true, "", false, 0, 6)
+		ss.applyPosition(captureRead, at(1, 400), true, false, 0, 6)
 		if u, tok := state(ss); u.timeline != 0 || tok != at(1, 400) {
 			t.Fatalf("after a later answer on timeline 1: unsure %+v, token %v; want none and the token raised to 1:0/190", u, tok)
 		}
@@ -183,7 +183,7 @@ func TestUnsureWrite(t *testing.T) {
 	t.Run("a write's position answered by a later primary makes it unsure", func(t *testing.T) {
 		ss, _ := newSession()
 		counted(ss, 1, 0)
-		ss.applyPosition(captureWrite, at(2, 900), true, "", false, 1, 1)
+		ss.applyPosition(captureWrite, at(2, 900), true, false, 1, 1)
 		if u, tok := state(ss); u.timeline != 1 || tok != at(1, 100) {
 			t.Fatalf("unsure %+v, token %v; want unsure on 1 and the token kept at 1:0/64", u, tok)
 		}
@@ -192,8 +192,8 @@ func TestUnsureWrite(t *testing.T) {
 	t.Run("a later timeline's position keeps the token it replaces to be judged", func(t *testing.T) {
 		ss, _ := newSession()
 		counted(ss, 2, 0)
-		ss.applyPosition(captureWrite, at(2, 900), true, "", false, 2, 1)
-		ss.applyPosition(captureWrite, at(2, 950), true, "", false, 2, 2)
+		ss.applyPosition(captureWrite, at(2, 900), true, false, 2, 1)
+		ss.applyPosition(captureWrite, at(2, 950), true, false, 2, 2)
 		ss.mu.Lock()
 		prior, tok := ss.fresh.prior, ss.fresh.token
 		ss.mu.Unlock()

@@ -1751,9 +1751,13 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 	snap := ss.snapshot()
 	floor := ss.needsFloor(u)
 	if floor {
-		if raised := ss.boundSeenLocked(snap); !raised.IsZero() {
-			req.Floor = mergeExternal(req.Floor, raised, req.PrimaryTimeline)
-		}
+		ss.boundSeenLocked(snap)
+		// The floor as it stands now, not only as the unit was planned
+		// with: a bound applied since (by this call, by an earlier
+		// decision of the same unit that found its replica refusing,
+		// by refreshReplicas) forgot the reads it bounded, so the
+		// requirement must carry it or those reads are unprotected.
+		req.Floor = mergeExternal(req.Floor, ss.fresh.floor, req.PrimaryTimeline)
 	}
 	cands := ss.srv.candidatesFrom(ss.route, snap, req)
 	for i := range cands {

@@ -94,7 +94,7 @@ func (ss *session) writeTimelineLocked(addr string) uint32 {
 // the write (the primary changed in between): the token stays, and the
 // write is unsure (unsureWrite). A position read on an unsure write's
 // timeline after it was noted covers it: the token rises to it.
-func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr string, clearsDebt bool, tl uint32, seq uint64) {
+func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, clearsDebt bool, tl uint32, seq uint64) {
 	var status2 *pgproto3.ParameterStatus
 	ss.mu.Lock()
 	ss.fresh.captures--
@@ -126,9 +126,6 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, addr s
 			ss.raiseFloorLocked(tok)
 		case captureRead:
 			ss.raiseFloorLocked(tok)
-		case captureReplay:
-			ss.raiseFloorLocked(tok)
-			ss.srv.observe(addr, tok)
 		}
 		if clearsDebt {
 			ss.fresh.captureDebt = false
@@ -265,7 +262,7 @@ func (ss *session) requestPositionLocked(kind byte, clearsDebt bool, tl uint32) 
 		if err != nil {
 			ss.log.Debug("WAL position not read", zap.Error(err))
 		}
-		ss.applyPosition(kind, tok, err == nil, "", clearsDebt, tl, seq)
+		ss.applyPosition(kind, tok, err == nil, clearsDebt, tl, seq)
 	}
 	if !ss.fresh.usedReplica && !clearsDebt && (kind == captureWrite || kind == captureRead) {
 		rd.RequestLater(done)

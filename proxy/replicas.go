@@ -287,9 +287,12 @@ func (s *Server) candidatesFrom(rt *config.Route, snap *health.Snapshot, req fre
 		if have {
 			// A replay position this proxy saw itself after a read there
 			// is newer than the last probe's: use the larger.
+			// (Only of the same run of the server: one that restarted
+			// may have come back behind it.)
 			if o, ok := s.observed.Load(rep.Address); ok {
-				if ob := o.(freshness.Token); ob.Timeline == v.Timeline && uint64(ob.LSN) > v.ReplayLSN {
-					v.ReplayLSN = uint64(ob.LSN)
+				if ob := o.(observedReplay); ob.tok.Timeline == v.Timeline && uint64(ob.tok.LSN) > v.ReplayLSN &&
+					!v.StartedAt.IsZero() && v.StartedAt.Equal(ob.started) {
+					v.ReplayLSN = uint64(ob.tok.LSN)
 				}
 			}
 		}
@@ -593,22 +596,36 @@ func pgTextArray(names []string) string {
 
 // observe records a replay position read on replica addr on demand
 // (refreshReplicas): the server-wide freshest knowledge of how far it has
-// replayed, which a probe only confirms later. Kept per timeline; a position on a
-// new timeline replaces the old one.
-func (s *Server) observe(addr string, t freshness.Token) {
+// replayed, which a probe only confirms later. Kept per timeline and per
+// run of the server (started, its pg_postmaster_start_time as probed):
+// a position on a new timeline, or of a restarted server, replaces the
+// old one, and candidatesFrom uses it only while the probes show the same
+// run.
+func (s *Server) observe(addr string, t freshness.Token, started time.Time) {
+	if started.IsZero() {
+		return // which run it belongs to is unknown
+	}
+	n := observedReplay{tok: t, started: started}
 	for {
-		old, loaded := s.observed.LoadOrStore(addr, t)
+		old, loaded := s.observed.LoadOrStore(addr, n)
 		if !loaded {
 			return
 		}
-		o := old.(freshness.Token)
-		if o.Timeline == t.Timeline && o.LSN >= t.LSN {
+		o := old.(observedReplay)
+		if o.started.Equal(started) && o.tok.Timeline == t.Timeline && o.tok.LSN >= t.LSN {
 			return
 		}
-		if s.observed.CompareAndSwap(addr, old, t) {
+		if s.observed.CompareAndSwap(addr, old, n) {
 			return
 		}
 	}
+}
+
+// observedReplay is a replay position read on demand on a replica, with
+// the start time of the server run it was read on.
+type observedReplay struct {
+	tok     freshness.Token
+	started time.Time
 }
 
 // replicaDialTimeout bounds connecting to a replica for a read: twice the

@@ -72,7 +72,7 @@ type Server struct {
 	metrics      *admin.Metrics
 	stopMon      context.CancelFunc
 	backoff      backoffs
-	observed     sync.Map // replica address -> freshness.Token: replay position seen after a read
+	observed     sync.Map // replica address -> observedReplay: replay position read on demand
 	pauses       pauses   // PAUSE/RESUME (pause.go)
 
 	clients atomic.Int64 // sessions counted against max_client_conn

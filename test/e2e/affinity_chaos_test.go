@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -24,18 +23,12 @@ import (
 // recovery point). Reads are served throughout (fallback_policy primary:
 // never an error), and return to the standbys once both are healthy.
 //
-// Known defect, open: this test failed in two CI runs on 2026-12-04
-// (3cffb72 in transaction pooling, cbbd97c in session pooling, both under
-// -race and CI's load): right after the session's standby was killed, its
-// read found the dial refused, was planned again, and ran on the lagging
-// standby ("read 585 on port 44763 after 599"). It passed in every local
-// run alone (8 runs). Until that replan is fixed it runs only with
-// KINETIC_KNOWN_DEFECTS=1, so that `make test` stays meaningful;
-// docs/behaviour.md, "Known defects", lists it.
+// It found a defect under CI's load (2026-12-04, fixed in the commit that
+// added TestRefusedAffineReplicaKeepsBound): right after the session's
+// standby was killed, a read found the dial refused, was decided again
+// without the bound the first decision had applied, and ran on the
+// lagging standby ("read 585 on port 44763 after 599").
 func TestAffineStandbyCrashKeepsReadsMonotonic(t *testing.T) {
-	if os.Getenv("KINETIC_KNOWN_DEFECTS") == "" {
-		t.Skip("known defect (a replica read replanned after a refused dial may go below the session's floor): docs/behaviour.md, Known defects; KINETIC_KNOWN_DEFECTS=1 runs it")
-	}
 	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
 	ctx := ctxT(t, 3*time.Minute)
 	w, err := pgx.Connect(ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
@@ -142,4 +135,88 @@ func TestAffineStandbyCrashKeepsReadsMonotonic(t *testing.T) {
 		return standby[read()] != nil, nil
 	})
 	t.Logf("reads by server: %v; last counter %d", reads, last)
+}
+
+// TestRefusedAffineReplicaKeepsBound: the replan after a refused dial
+// keeps what the first decision learnt. A session reads from standby A
+// while standby B's replay is paused behind it; a probe of A begun after
+// those reads bounds them (the session's floor rises to A's position, and
+// nothing restricts it to A any more); then A is killed, and the next read
+// first picks A (its last probe still says up), finds the dial refused and
+// is decided again. That second decision must keep the raised floor: B is
+// behind it, so the read goes to the primary. (The defect: the floor was
+// raised on the session but not in the requirement the unit was planned
+// with, so B, behind what the session saw, served the read.)
+func TestRefusedAffineReplicaKeepsBound(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
+	ctx := ctxT(t, 3*time.Minute)
+	w, err := pgx.Connect(ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
+	if _, err := w.Exec(ctx, "create table mono (id int primary key, n bigint not null); insert into mono values (1, 0)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "primary"})
+	standby := map[int]*pgtest.Server{}
+	for _, s := range cl.Standbys {
+		standby[s.Port] = s
+	}
+	c := connect(t, ctx, px.AppDSN())
+	read := func() (n int64, port int) {
+		t.Helper()
+		if err := c.QueryRow(ctx, "select n, inet_server_port() from mono where id = 1").Scan(&n, &port); err != nil {
+			t.Fatalf("read: %v (fallback_policy primary: a read never fails)", err)
+		}
+		return n, port
+	}
+	for round := 1; round <= 3; round++ {
+		var affine *pgtest.Server
+		awaitCond(t, 30*time.Second, "a read served by a standby", func() (bool, error) {
+			_, p := read()
+			affine = standby[p]
+			return affine != nil, nil
+		})
+		var other *pgtest.Server
+		for _, s := range cl.Standbys {
+			if s != affine {
+				other = s
+			}
+		}
+		if err := other.PauseReplay(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var want int64
+		if err := w.QueryRow(ctx, "update mono set n = n + 1 where id = 1 returning n").Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		// The session sees the new value on its standby.
+		awaitCond(t, 30*time.Second, "the new value read on the affine standby", func() (bool, error) {
+			n, p := read()
+			if standby[p] != affine && standby[p] != nil {
+				t.Fatalf("round %d: a read moved to the paused standby (port %d) without a bound", round, p)
+			}
+			return n == want && standby[p] == affine, nil
+		})
+		// Probes (every 200 ms) begun after that read bound it.
+		time.Sleep(600 * time.Millisecond)
+		if err := affine.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		n, p := read()
+		if n < want {
+			t.Fatalf("round %d: read %d on port %d after the session saw %d on the killed standby %d", round, n, p, want, affine.Port)
+		}
+		if err := affine.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.ResumeReplay(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("round %d: the read after the kill ran on port %d (primary %d), value %d", round, p, cl.Primary.Port, n)
+	}
 }
