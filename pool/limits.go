@@ -156,10 +156,10 @@ func (l *limiter) gate(key Key, n int) *dialGate {
 	return g
 }
 
-// enter waits, within ctx, for a slot of the dial gate of p's server;
-// leave gives it back.
-func (l *limiter) enter(ctx context.Context, p *Pool) (*dialGate, error) {
-	g := l.gate(p.key, p.opts.Limits.MaxDials)
+// enter waits, within ctx, for a slot of the dial gate of key's server
+// holding maxDials slots; leave gives it back.
+func (l *limiter) enter(ctx context.Context, key Key, maxDials int) (*dialGate, error) {
+	g := l.gate(key, maxDials)
 	select {
 	case g.slots <- struct{}{}:
 	default:
@@ -185,6 +185,22 @@ func (l *limiter) enter(ctx context.Context, p *Pool) (*dialGate, error) {
 func (l *limiter) leave(g *dialGate) {
 	l.inProgress.Add(-1)
 	<-g.slots
+}
+
+// Dial opens a connection outside any pool (the proxy's own lookups, a
+// check that a server is up, a replication connection) through the dial
+// gate of key's server (key.Addr and key.Database; maxDials slots, as
+// the pools of that server have): it waits, within ctx, for a slot, so
+// a storm of such logins makes at most maxDials at a time together with
+// the pools' own. The connection is not counted against Limits' MaxDB
+// or MaxUser; the caller closes it.
+func (m *Manager) Dial(ctx context.Context, key Key, maxDials int, d Dialer, cred Credentials) (*Conn, error) {
+	g, err := m.lim.enter(ctx, key, maxDials)
+	if err != nil {
+		return nil, err
+	}
+	defer m.lim.leave(g)
+	return d.Dial(ctx, key.Addr, cred)
 }
 
 // DialStats are the server logins a Manager's pools have in progress now

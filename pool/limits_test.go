@@ -206,6 +206,50 @@ func TestLimitsDialGate(t *testing.T) {
 	}
 }
 
+// Manager.Dial, a login outside the pools (the proxy's own lookups),
+// goes through the same dial gate as the pools' logins to that server:
+// together they make at most MaxDials at once, and every one succeeds.
+func TestManagerDialSharesTheGate(t *testing.T) {
+	s := startLoginServer(t, 30*time.Millisecond)
+	m := NewManager()
+	defer m.Close()
+	opts := limitedOpts(Limits{MaxDials: 3})
+	opts.Size, opts.AcquireTimeout = 10, 10*time.Second
+	key := Key{Addr: s.addr, User: "u", Database: "d"}
+	p, _ := m.Get(key, opts)
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for i := range 20 {
+		wg.Go(func() {
+			if i%2 == 0 {
+				c, err := p.Acquire(context.Background())
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				p.Release(c)
+				return
+			}
+			c, err := m.Dial(context.Background(), Key{Addr: s.addr, User: "lookup", Database: "d"}, 3, opts.Dialer, Credentials{User: "lookup", Database: "d"})
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			c.Close()
+		})
+	}
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("%d logins failed", failed.Load())
+	}
+	if got, st := s.maxLogin.Load(), m.DialStats(); got > 3 || st.Peak > 3 || st.InProgress != 0 {
+		t.Fatalf("at most %d logins at once on the server, dial stats %+v; want <= 3", got, st)
+	}
+	if s.logins.Load() < 11 {
+		t.Fatalf("%d logins; want the 10 of Dial and at least one of the pool", s.logins.Load())
+	}
+}
+
 // Sweep closes idle connections past IdleTimeout or Lifetime and frees
 // their room under the limits.
 func TestSweep(t *testing.T) {

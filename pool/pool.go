@@ -220,7 +220,7 @@ func (p *Pool) dial(ctx context.Context, timed bool) (*Conn, error) {
 	if err := p.lim.reserve(ctx, p); err != nil {
 		return nil, err
 	}
-	g, err := p.lim.enter(ctx, p)
+	g, err := p.lim.enter(ctx, p.key, p.opts.Limits.MaxDials)
 	if err != nil {
 		p.lim.release(p.key)
 		return nil, err

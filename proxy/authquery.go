@@ -345,7 +345,7 @@ func (s *Server) fetchSecret(cfg *config.Config, rt *config.Route, user string, 
 	cred.Params = map[string]string{"application_name": "kineticd auth_query"}
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.connectTimeout+authLookupTimeout)
 	defer cancel()
-	conn, err := pool.Dialer{TLSMode: cfg.Server.BackendTLSMode, ConnectTimeout: s.opts.connectTimeout}.Dial(ctx, addr, cred)
+	conn, err := s.gatedDial(ctx, cur, addr, pool.Dialer{TLSMode: cfg.Server.BackendTLSMode, ConnectTimeout: s.opts.connectTimeout}, cred)
 	if err != nil {
 		return "", false, &authLookupError{unavailable: unavailable(err), primary: addr, err: err}
 	}

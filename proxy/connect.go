@@ -182,7 +182,11 @@ func proxyPID() uint32 {
 func (ss *session) serverUp(addr string) bool {
 	cred := ss.srv.backendCredentials(ss.userCfg, ss.route.BackendDB())
 	dialer := pool.Dialer{TLSMode: ss.cfg.Server.BackendTLSMode, ConnectTimeout: ss.srv.opts.connectTimeout}
-	c, err := dialer.Dial(context.Background(), addr, cred)
+	// (Every session of a primary that was terminated asks at once: the
+	// dial gate keeps that to max_concurrent_dials logins at a time.)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*ss.srv.opts.connectTimeout)
+	defer cancel()
+	c, err := ss.srv.gatedDial(ctx, ss.route, addr, dialer, cred)
 	if err != nil {
 		return false
 	}
@@ -196,7 +200,7 @@ func (ss *session) acquire(addr string) (*pool.Conn, *pool.Pool, error) {
 	ctx := context.Background()
 	if repl, ok := ss.startupParams["replication"]; ok {
 		cred.Params = map[string]string{"replication": repl}
-		c, err := dialer.Dial(ctx, addr, cred)
+		c, err := ss.srv.gatedDial(ctx, ss.route, addr, dialer, cred)
 		if err != nil {
 			return nil, nil, ss.connectError(addr, err)
 		}

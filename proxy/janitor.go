@@ -59,10 +59,10 @@ const (
 func (s *Server) registerDialMetrics() {
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metricDialsInProgress,
-			Help: "Server logins (connect, TLS, authentication) of the pools in progress now, all servers together; at most max_concurrent_dials per server."},
+			Help: "Server logins (connect, TLS, authentication) of the pools and of kineticd's own lookups in progress now, all servers together; at most max_concurrent_dials per server."},
 			func() float64 { return float64(s.pools.DialStats().InProgress) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: metricDialsInProgressMax,
-			Help: "The most server logins of the pools that were in progress at once since start."},
+			Help: "The most server logins of the pools and of kineticd's own lookups that were in progress at once since start."},
 			func() float64 { return float64(s.pools.DialStats().Peak) }),
 	} {
 		s.metrics.Registry().Register(c)

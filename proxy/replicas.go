@@ -542,7 +542,7 @@ func (s *Server) lookupVolatility(ss *session, conn *pool.Conn, names []string) 
 		reused := conn != nil
 		if conn == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), s.opts.connectTimeout)
-			conn, err = s.dialCatalog(ctx, ss.route.Primary.Address, s.backendCredentials(ss.userCfg, ss.route.BackendDB()), ss.cfg.Server.BackendTLSMode)
+			conn, err = s.dialCatalog(ctx, ss.route, s.backendCredentials(ss.userCfg, ss.route.BackendDB()), ss.cfg.Server.BackendTLSMode)
 			cancel()
 			if err != nil {
 				return nil, nil, fmt.Errorf("cannot connect for the catalog: %w", err)
@@ -566,13 +566,23 @@ func (s *Server) lookupVolatility(ss *session, conn *pool.Conn, names []string) 
 
 // dialCatalog opens the connection volatility lookups run on, logged in as
 // a session of the route would be (pool.Dialer: PostgreSQL's own SASLprep
-// for SCRAM passwords, raw bytes for md5).
-func (s *Server) dialCatalog(ctx context.Context, addr string, cred pool.Credentials, tlsMode string) (*pool.Conn, error) {
+// for SCRAM passwords, raw bytes for md5), on rt's configured primary,
+// through its dial gate (gatedDial).
+func (s *Server) dialCatalog(ctx context.Context, rt *config.Route, cred pool.Credentials, tlsMode string) (*pool.Conn, error) {
 	if tlsMode == "" {
 		tlsMode = "disable"
 	}
 	cred.Params = map[string]string{"application_name": "kineticd catalog"}
-	return pool.Dialer{TLSMode: tlsMode}.Dial(ctx, addr, cred)
+	return s.gatedDial(ctx, rt, rt.Primary.Address, pool.Dialer{TLSMode: tlsMode}, cred)
+}
+
+// gatedDial opens a connection of the proxy's own to addr outside the
+// pools (a lookup, a check that a server is up, a replication
+// connection) through the dial gate the pools of rt use there
+// (max_concurrent_dials): a storm of them waits its turn with the pools'
+// logins instead of adding to them. It waits for a slot within ctx.
+func (s *Server) gatedDial(ctx context.Context, rt *config.Route, addr string, d pool.Dialer, cred pool.Credentials) (*pool.Conn, error) {
+	return s.pools.Dial(ctx, pool.Key{Addr: addr, User: cred.User, Database: cred.Database}, rt.Pool.MaxConcurrentDials, d, cred)
 }
 
 // pgTextArray renders names as a PostgreSQL text[] literal.

@@ -230,7 +230,13 @@ type driver struct {
 	lines    []Line
 	fe0      int
 	masked   bool
-	copyData []pgproto3.FrontendMessage
+	// kineticRows: the last RowDescription is of one pg_kinetic.* column
+	// (a SHOW of one, however the generator lost track of the statement:
+	// a Parse the server skipped after an error leaves the unnamed
+	// statement what it was). Its DataRows are masked until the next
+	// CommandComplete, RowDescription or ReadyForQuery.
+	kineticRows bool
+	copyData    []pgproto3.FrontendMessage
 }
 
 // unit sends one unit and reads its answers; false when the run must end.
@@ -343,7 +349,14 @@ func (d *driver) readUntil(toRFQ bool, done func(pgproto3.BackendMessage) bool) 
 			d.res.KineticStatus++
 			continue
 		}
-		d.record(d.fe0, d.mask(d.rn.canon(bm, d.masked)))
+		if rd, ok := bm.(*pgproto3.RowDescription); ok {
+			d.kineticRows = len(rd.Fields) == 1 && strings.HasPrefix(string(rd.Fields[0].Name), "pg_kinetic.")
+		}
+		d.record(d.fe0, d.mask(d.rn.canon(bm, d.masked || d.kineticRows)))
+		switch bm.(type) {
+		case *pgproto3.CommandComplete, *pgproto3.ReadyForQuery:
+			d.kineticRows = false
+		}
 		switch bm := bm.(type) {
 		case *pgproto3.CopyInResponse:
 			// COPY FROM STDIN: send the unit's data (or give up).
