@@ -1757,7 +1757,16 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 		// decision of the same unit that found its replica refusing,
 		// by refreshReplicas) forgot the reads it bounded, so the
 		// requirement must carry it or those reads are unprotected.
-		req.Floor = mergeExternal(req.Floor, ss.fresh.floor, req.PrimaryTimeline)
+		// (A floor on another timeline than the plan's was judged by
+		// the plan: planUnit carries an old timeline's position onto
+		// the primary's.)
+		tl := req.Floor.Timeline
+		if tl == 0 {
+			tl = req.PrimaryTimeline // (a bare token: the current timeline)
+		}
+		if f := ss.fresh.floor; !f.IsZero() && (req.Floor.IsZero() || f.Timeline == tl && req.Floor.LSN < f.LSN) {
+			req.Floor = f
+		}
 	}
 	cands := ss.srv.candidatesFrom(ss.route, snap, req)
 	for i := range cands {
