@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/pg-kinetic/pg-kinetic/classify"
 	"github.com/pg-kinetic/pg-kinetic/config"
@@ -393,18 +390,32 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 }
 
 // volatility caches, per function name, whether any function of that name
-// is VOLATILE in the route's primary's catalog (routeRuntime). Looked up
-// once per name (on a connection of its own, logged in like the route's
-// sessions: pool.Dialer); a reload starts a new cache. mu guards the
-// fields and is never held across a dial or a query: a lookup takes the
-// connection out (busy) and puts it back when done.
+// is VOLATILE in the route's primary's catalog (routeRuntime). Each name is
+// looked up once (on a connection of its own, logged in like the route's
+// sessions: pool.Dialer), even when many sessions miss it at once: the
+// names missing from the cache are batched, one lookup at a time per
+// route, and a session waits for the lookup that answers its names. A
+// reload starts a new cache. mu guards the fields and is never held across
+// a dial or a query: a lookup takes the connection out (busy) and puts it
+// back when done.
 type volatility struct {
 	mu      sync.Mutex
-	known   map[string]bool // name -> volatile
-	catalog *pool.Conn      // idle connection, made on first use
-	busy    bool            // a lookup runs
-	closed  bool            // the runtime was replaced: a lookup ending keeps nothing
-	flight  singleflight.Group
+	known   map[string]bool     // name -> volatile
+	waiting map[string]*volCall // a name being looked up, or queued -> the lookup that answers it
+	next    *volCall            // names queued for the lookup after the running one
+	running bool                // a lookup (volatility.run) is under way
+	catalog *pool.Conn          // idle connection, made on first use
+	busy    bool                // the catalog connection is out
+	closed  bool                // the runtime was replaced: a lookup ending keeps nothing
+}
+
+// volCall is one lookup of a batch of names and its answer (valid once
+// done is closed).
+type volCall struct {
+	names []string
+	done  chan struct{}
+	got   map[string]bool
+	err   error
 }
 
 // close forgets every answer and closes the catalog connection (a lookup
@@ -436,53 +447,90 @@ func (s *Server) anyVolatile(ss *session, funcs []string) bool {
 	return v.any(funcs, func(names []string) (map[string]bool, error) { return s.lookupNames(ss, v, names) })
 }
 
-// any reports whether any of funcs is volatile. Each set of names missing
-// from the cache is looked up (lookup) once: callers missing the same
-// names at the same time share the one lookup (singleflight) and its
-// answer. An unknown answer counts as volatile (the unit goes to the
-// primary): a failed lookup, and one refused because the route's catalog
-// connection is busy with other names. Answers are cached until the
-// runtime is replaced (close).
+// any reports whether any of funcs is volatile. A name missing from the
+// cache joins the lookup that already answers it, or the next one; one
+// lookup runs at a time (lookup, with every name queued for it), and the
+// caller waits for the lookups of its names. An unknown answer counts as
+// volatile (the unit goes to the primary): a failed lookup, or a name the
+// answer lacks. Answers are cached until the runtime is replaced (close);
+// failures are not.
 func (v *volatility) any(funcs []string, lookup func(names []string) (map[string]bool, error)) bool {
+	type pending struct {
+		name string
+		call *volCall
+	}
+	var wait []pending
 	v.mu.Lock()
-	var missing []string
 	for _, f := range funcs {
 		vol, ok := v.known[f]
 		if ok && vol {
 			v.mu.Unlock()
 			return true
 		}
-		if !ok {
-			missing = append(missing, f)
+		if ok || slices.ContainsFunc(wait, func(p pending) bool { return p.name == f }) {
+			continue
 		}
+		c := v.waiting[f]
+		if c == nil {
+			if v.next == nil {
+				v.next = &volCall{done: make(chan struct{})}
+			}
+			c = v.next
+			c.names = append(c.names, f)
+			if v.waiting == nil {
+				v.waiting = map[string]*volCall{}
+			}
+			v.waiting[f] = c
+		}
+		wait = append(wait, pending{f, c})
+	}
+	var start *volCall
+	if !v.running && v.next != nil {
+		v.running, start, v.next = true, v.next, nil
 	}
 	v.mu.Unlock()
-	if len(missing) == 0 {
-		return false
+	if start != nil {
+		go v.run(start, lookup)
 	}
-	slices.Sort(missing)
-	missing = slices.Compact(missing)
-	vol, err, _ := v.flight.Do(strings.Join(missing, "\x00"), func() (any, error) {
-		got, err := lookup(missing)
-		if err != nil {
-			return true, err
+	vol := false
+	for _, p := range wait {
+		<-p.call.done
+		if got, ok := p.call.got[p.name]; p.call.err != nil || !ok || got {
+			vol = true
 		}
+	}
+	return vol
+}
+
+// run looks up c's names, then the names queued meanwhile, until none
+// are, one lookup at a time.
+func (v *volatility) run(c *volCall, lookup func(names []string) (map[string]bool, error)) {
+	for c != nil {
+		got, err := lookup(c.names)
 		v.mu.Lock()
-		defer v.mu.Unlock()
-		if !v.closed {
+		if err == nil && !v.closed {
 			if v.known == nil {
 				v.known = map[string]bool{}
 			}
-			maps.Copy(v.known, got)
-		}
-		for _, n := range missing {
-			if vol, ok := got[n]; !ok || vol {
-				return true, nil
+			for _, n := range c.names {
+				if vol, ok := got[n]; ok {
+					v.known[n] = vol
+				}
 			}
 		}
-		return false, nil
-	})
-	return err != nil || vol.(bool)
+		for _, n := range c.names {
+			if v.waiting[n] == c {
+				delete(v.waiting, n) // answered (or failed: the next miss looks it up again)
+			}
+		}
+		c.got, c.err = got, err
+		close(c.done)
+		c, v.next = v.next, nil
+		if c == nil {
+			v.running = false
+		}
+		v.mu.Unlock()
+	}
 }
 
 // errCatalogBusy refuses a lookup while the route's catalog connection

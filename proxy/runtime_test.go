@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,5 +106,65 @@ func TestRoutingCarriesCountsAcrossReload(t *testing.T) {
 	}
 	if second.route("nosuch") != nil || (*routing)(nil).route("main") != nil {
 		t.Error("route of an unknown name, or of no routing, must be nil")
+	}
+}
+
+// TestVolatilityNamesOnceAcrossSets: sessions missing overlapping sets of
+// names at once ({f g}, {g h}, {h f}, ...) look each name up exactly once,
+// in as few lookups as the one catalog connection allows (one at a time,
+// the names queued meanwhile together), and every caller gets the answer
+// for its names, none refused as busy.
+func TestVolatilityNamesOnceAcrossSets(t *testing.T) {
+	var v volatility
+	var mu sync.Mutex
+	seen := map[string]int{}
+	lookups := 0
+	release := make(chan struct{})
+	lookup := func(names []string) (map[string]bool, error) {
+		mu.Lock()
+		lookups++
+		first := lookups == 1
+		for _, n := range names {
+			seen[n]++
+		}
+		mu.Unlock()
+		if first {
+			<-release // the others queue up meanwhile
+		}
+		got := map[string]bool{}
+		for _, n := range names {
+			got[n] = n == "random"
+		}
+		return got, nil
+	}
+	sets := [][]string{{"lower", "upper"}, {"upper", "random"}, {"random", "lower"}, {"now", "upper"}, {"abs", "now"}}
+	const per = 20
+	var wg sync.WaitGroup
+	var wrong atomic.Int64
+	for i := range per * len(sets) {
+		set := sets[i%len(sets)]
+		wg.Go(func() {
+			want := slices.Contains(set, "random")
+			if v.any(set, lookup) != want {
+				wrong.Add(1)
+			}
+		})
+		if i == 0 {
+			time.Sleep(20 * time.Millisecond) // (the first lookup is under way)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if n := wrong.Load(); n != 0 {
+		t.Errorf("%d callers got the wrong answer", n)
+	}
+	for _, n := range []string{"lower", "upper", "random", "now", "abs"} {
+		if seen[n] != 1 {
+			t.Errorf("%s looked up %d times, want once (all: %v)", n, seen[n], seen)
+		}
+	}
+	if lookups != 2 {
+		t.Errorf("%d lookups, want 2 (the first caller's, then every name queued meanwhile)", lookups)
 	}
 }
