@@ -465,6 +465,15 @@ func (ss *session) stepLocked(l *link, typ byte) relayStep {
 		case typ == 'E':
 			// An injected Parse/Close failed: the server now skips the
 			// rest of the batch; its other injections never answer.
+			if e.kind == '1' && e.undo != nil && e.undo.kind == 'R' && e.undo.name == "" {
+				// It was a Parse of the unnamed statement, and it ran:
+				// PostgreSQL released the unnamed statement it held
+				// before parsing the new one, so there is none now,
+				// not the one the record had before.
+				u := *e.undo
+				u.prevServer = ""
+				l.swallow[0].undo = &u
+			}
 			n := 0
 			for n < len(l.swallow) && l.swallow[n].batch == l.rfqs && l.swallow[n].kind != 'Z' {
 				n++

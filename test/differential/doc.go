@@ -269,7 +269,16 @@
 //     unnamed statement in transaction pooling (17898864605248219015)
 //     and, in a failed block, 08P01 "bind message supplies 0 parameters,
 //     but prepared statement requires 1" for a name another sequence
-//     prepared with another text (5826723512045767604).
+//     prepared with another text (5826723512045767604). The first has a
+//     cause found by reading and shown by a test that fails every time
+//     on the old code (TestFailedReparseDropsUnnamed, test/e2e): the
+//     proxy's own Parse of a client's unnamed statement on a shared
+//     server connection ran and failed, and the record of that
+//     connection went back to the unnamed statement it held before,
+//     which PostgreSQL had released before parsing; another session
+//     whose unnamed statement that was then bound it there unparsed
+//     (26000). Fixed; whether it was this sequence's cause cannot be
+//     shown, since the sequence never failed alone.
 //
 // Open after them: in a pipeline whose first batch fails, the PREPARE a
 // later Parse of a SQL-PREPAREd name needs is replayed at the start of
