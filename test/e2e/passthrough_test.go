@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/md5"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -306,4 +307,65 @@ func TestPassThroughProbeUser(t *testing.T) {
 	c := connect(t, ctx, kinetictest.DSN(addr, role, password, pgtest.AppDB))
 	c.Close(ctx)
 	kinetictest.AwaitReadOn(t, ctx, kinetictest.DSN(addr, pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB), cl.StandbyPorts())
+}
+
+// TestNoPlaintextPasswordAnywhere: a kineticd whose configuration holds no
+// plaintext password at all — its only [[users]] entries are the servers'
+// SCRAM verifier of one role and the md5 hash of another, neither with a
+// backend_password — serves both with routing on: the probes log in with
+// the verifier user's ClientKey once a client proved it, writes run on
+// the primary and reads reach the replicas, through pgx and psql (libpq).
+// Every login to every server is a pass-through.
+func TestNoPlaintextPasswordAnywhere(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 2*time.Minute)
+	role := uniqueIdent("ptonly")
+	password := "only-" + role
+	verifier, table := passThroughRole(t, ctx, cl, role, password)
+	users := fmt.Sprintf("[[users]]\nname = %q\npassword = %q\n\n[[users]]\nname = %q\npassword = \"md5%x\"\n",
+		role, verifier, pgtest.MD5User, md5.Sum([]byte(pgtest.MD5Password+pgtest.MD5User)))
+	p := kinetictest.Params{ReadRoutingMode: "prefer_replica", FallbackPolicy: "wait", Users: users}
+	for _, s := range cl.Standbys {
+		p.Replicas = append(p.Replicas, s.Addr())
+	}
+	toml := kinetictest.TOML(cl, p)
+	for _, line := range strings.Split(toml, "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || !strings.Contains(strings.TrimSpace(k), "password") {
+			continue
+		}
+		v = strings.Trim(strings.TrimSpace(v), `"`)
+		if !strings.HasPrefix(v, "SCRAM-SHA-256$") && !strings.HasPrefix(v, "md5") {
+			t.Fatalf("the config holds a plaintext password: %s", line)
+		}
+	}
+	if strings.Contains(toml, password) || strings.Contains(toml, pgtest.MD5Password) || strings.Contains(toml, pgtest.AppPassword) {
+		t.Fatal("the config holds a plaintext password")
+	}
+	addr := startTOML(t, toml)
+	dsn := kinetictest.DSN(addr, role, password, pgtest.AppDB)
+	c := connect(t, ctx, dsn)
+	defer c.Close(ctx)
+	if port := portOf(t, ctx, c, "insert into "+table+" (who) values (current_user) returning inet_server_port()"); port != cl.Primary.Port {
+		t.Fatalf("the insert ran on port %d, not the primary's %d", port, cl.Primary.Port)
+	}
+	kinetictest.AwaitReadOn(t, ctx, dsn, cl.StandbyPorts())
+	// psql as the verifier user; the md5 user through pgx (its hash
+	// answers the server's md5 challenge).
+	env := clientEnv()
+	for i, kv := range env {
+		if strings.HasPrefix(kv, "PGPASSWORD=") {
+			env[i] = "PGPASSWORD=" + password
+		}
+	}
+	conninfo := fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=disable", strings.Split(addr, ":")[0], strings.Split(addr, ":")[1], role, pgtest.AppDB)
+	out := mustPsql(t, ctx, conninfo, env, strings.NewReader(strings.Repeat("select current_user, inet_server_port();\n", 20)), "-At", "-F", " ").stdout
+	if !readsOn(t, out, role, cl.StandbyPorts()) {
+		t.Errorf("psql: no read reached a replica:\n%s", out)
+	}
+	m := connect(t, ctx, kinetictest.DSN(addr, pgtest.MD5User, pgtest.MD5Password, pgtest.AppDB))
+	defer m.Close(ctx)
+	if who := queryString(t, ctx, m, "select current_user"); who != pgtest.MD5User {
+		t.Fatalf("current_user = %q, want %q", who, pgtest.MD5User)
+	}
 }

@@ -63,6 +63,10 @@ type Params struct {
 	// ServerExtra is appended inside [server] (timeouts), PoolExtra
 	// inside [routes.pool] (limits).
 	ServerExtra, PoolExtra string
+	// Users, when set, replaces the default [[users]] entries (app and
+	// md5user, plaintext passwords) and the admin list naming app: the
+	// first of them is then the probes' user.
+	Users string
 }
 
 const tmpl = `# rendered by kinetictest
@@ -79,8 +83,8 @@ tls_ca_file = "{{.TLSCA}}"
 backend_tls_mode = "{{.BackendTLSMode}}"
 
 [admin]
-users = ["app"]
-require_tls = {{.AdminRequireTLS}}
+{{if not .Users}}users = ["app"]
+{{end}}require_tls = {{.AdminRequireTLS}}
 
 [metrics]
 listen = ""
@@ -89,14 +93,14 @@ listen = ""
 level = "{{.LogLevel}}"
 format = "console"
 
-[[users]]
+{{if .Users}}{{.Users}}{{else}}[[users]]
 name = "app"
 password = "app-secret"
 
 [[users]]
 name = "md5user"
 password = "md5-secret"
-
+{{end}}
 [[routes]]
 name = "main"
 database = "app"
