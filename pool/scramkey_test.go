@@ -210,6 +210,22 @@ func TestDialWithMD5Hash(t *testing.T) {
 			t.Errorf("%T: %v", ask, err)
 		}
 	}
+	// An md5 hash answers md5 only: a server asking for SCRAM or a
+	// cleartext password gets nothing, and the error names
+	// backend_password.
+	for _, ask := range []pgproto3.BackendMessage{&pgproto3.AuthenticationSASL{AuthMechanisms: []string{"SCRAM-SHA-256"}}, &pgproto3.AuthenticationCleartextPassword{}} {
+		addr := fakeServer(t, func(be *pgproto3.Backend, _ *pgproto3.StartupMessage) error {
+			be.Send(ask)
+			be.Flush()
+			be.Receive()
+			return nil
+		})
+		_, err := Dialer{}.Dial(context.Background(), addr, Credentials{User: "u", MD5: hash})
+		var pt *PassThroughError
+		if !errors.As(err, &pt) || !strings.Contains(pt.Reason, "set backend_password") {
+			t.Errorf("md5 hash, server asks %T: %v", ask, err)
+		}
+	}
 }
 
 // Nothing prints a secret's keys.
