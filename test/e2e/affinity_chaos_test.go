@@ -29,24 +29,8 @@ import (
 // without the bound the first decision had applied, and ran on the
 // lagging standby ("read 585 on port 44763 after 599").
 func TestAffineStandbyCrashKeepsReadsMonotonic(t *testing.T) {
-	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
 	ctx := ctxT(t, 3*time.Minute)
-	w, err := pgx.Connect(ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close(context.Background())
-	if _, err := w.Exec(ctx, "create table mono (id int primary key, n bigint not null); insert into mono values (1, 0)"); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.WaitReplicated(ctx); err != nil {
-		t.Fatal(err)
-	}
-	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "primary"})
-	standby := map[int]*pgtest.Server{}
-	for _, s := range cl.Standbys {
-		standby[s.Port] = s
-	}
+	cl, w, px, standby := monoCluster(t, ctx)
 
 	// The writer: straight to the primary, about every 3 ms.
 	wctx, stopWriter := context.WithCancel(ctx)
@@ -148,24 +132,8 @@ func TestAffineStandbyCrashKeepsReadsMonotonic(t *testing.T) {
 // raised on the session but not in the requirement the unit was planned
 // with, so B, behind what the session saw, served the read.)
 func TestRefusedAffineReplicaKeepsBound(t *testing.T) {
-	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
 	ctx := ctxT(t, 3*time.Minute)
-	w, err := pgx.Connect(ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close(context.Background())
-	if _, err := w.Exec(ctx, "create table mono (id int primary key, n bigint not null); insert into mono values (1, 0)"); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.WaitReplicated(ctx); err != nil {
-		t.Fatal(err)
-	}
-	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "primary"})
-	standby := map[int]*pgtest.Server{}
-	for _, s := range cl.Standbys {
-		standby[s.Port] = s
-	}
+	cl, w, px, standby := monoCluster(t, ctx)
 	c := connect(t, ctx, px.AppDSN())
 	read := func() (n int64, port int) {
 		t.Helper()
@@ -219,4 +187,31 @@ func TestRefusedAffineReplicaKeepsBound(t *testing.T) {
 		}
 		t.Logf("round %d: the read after the kill ran on port %d (primary %d), value %d", round, p, cl.Primary.Port, n)
 	}
+}
+
+// monoCluster starts the affinity chaos tests' cluster (a primary and two
+// standbys of their own: they kill and pause them) with table mono(id, n)
+// holding one counter row, replicated, and a routed kineticd with
+// fallback_policy primary. It returns a direct connection to the primary
+// (the writer) and the standbys by port.
+func monoCluster(t *testing.T, ctx context.Context) (*pgtest.Cluster, *pgx.Conn, *kinetictest.Proxy, map[int]*pgtest.Server) {
+	t.Helper()
+	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
+	w, err := pgx.Connect(ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close(context.Background()) })
+	if _, err := w.Exec(ctx, "create table mono (id int primary key, n bigint not null); insert into mono values (1, 0)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "primary"})
+	standby := map[int]*pgtest.Server{}
+	for _, s := range cl.Standbys {
+		standby[s.Port] = s
+	}
+	return cl, w, px, standby
 }
