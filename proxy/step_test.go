@@ -96,6 +96,20 @@ func TestStepLocked(t *testing.T) {
 		{"an injected Parse failed inside the client's batch: relayed as the client's error",
 			linkState{swallow: []expect{{kind: '1', undo: rec}}}, 'T', "E",
 			[]check{dropped(false), queue(0), undone(1)}, false, false, true},
+		{"an injected Parse of the unnamed statement failed: the record goes back to none, not to the statement PostgreSQL released before parsing",
+			linkState{swallow: []expect{{kind: '1', undo: &stmtOp{kind: 'R', prevServer: "Pold", hadServer: true}}}}, 'T', "E",
+			[]check{dropped(false), queue(0), undone(1), func(t *testing.T, l *link, _ relayStep) {
+				if u := l.undo[0]; u.prevServer != "" {
+					t.Errorf("the failed Parse's undo restores %q, want none", u.prevServer)
+				}
+			}}, false, false, true},
+		{"... but one skipped after an earlier injected statement's error keeps it",
+			linkState{swallow: []expect{{kind: '3', undo: &stmtOp{kind: 'R', name: "s1"}}, {kind: '1', undo: &stmtOp{kind: 'R', prevServer: "Pold", hadServer: true}}}}, 'T', "E",
+			[]check{dropped(false), queue(0), undone(2), func(t *testing.T, l *link, _ relayStep) {
+				if u := l.undo[1]; u.prevServer != "Pold" {
+					t.Errorf("the skipped Parse's undo restores %q, want the old statement", u.prevServer)
+				}
+			}}, false, false, true},
 		{"an injected Parse failed before its own Sync: dropped with the injected Sync's answer",
 			linkState{swallow: []expect{{kind: '1', undo: rec}, {kind: 'Z'}}}, 'T', "E",
 			[]check{dropped(true), queue(1), undone(1)}, false, false, false},
