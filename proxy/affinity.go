@@ -72,27 +72,21 @@ func (ss *session) noteSeenLocked(addr string) {
 // replica the session read from, by a probe begun after the read there
 // (the replica not restarted in between), and forgets those reads.
 // Callers hold ss.mu.
-// It returns the highest bound applied (zero if none).
-func (ss *session) boundSeenLocked(snap *health.Snapshot) (raised freshness.Token) {
+func (ss *session) boundSeenLocked(snap *health.Snapshot) {
 	if len(ss.fresh.seen) == 0 || snap == nil {
-		return freshness.Token{}
+		return
 	}
 	kept := ss.fresh.seen[:0]
 	for _, s := range ss.fresh.seen {
 		v, ok := snap.Get(s.addr)
 		if ok && v.Reachable && v.Err == "" && v.Detected == health.RoleStandby && v.ReplayLSN != 0 &&
 			v.ProbedAt.After(s.at) && !s.started.IsZero() && v.StartedAt.Equal(s.started) {
-			tok := freshness.Token{Timeline: v.Timeline, LSN: freshness.LSN(v.ReplayLSN)}
-			ss.raiseFloorLocked(tok)
-			if raised.Less(tok) {
-				raised = tok
-			}
+			ss.raiseFloorLocked(freshness.Token{Timeline: v.Timeline, LSN: freshness.LSN(v.ReplayLSN)})
 			continue
 		}
 		kept = append(kept, s)
 	}
 	ss.fresh.seen = kept
-	return raised
 }
 
 // restrictToSeenLocked makes a read that needs the floor ineligible on
@@ -197,15 +191,15 @@ const replayWait = 20 * time.Millisecond
 // and records them (Server.observe), so the read is decided again on
 // them rather than on the last probe. A position read after the
 // session's read on a replica that did not restart bounds what it saw
-// there: raised is the highest such bound applied to the floor. changed
-// reports whether the decision may now differ.
-func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.Token, changed bool) {
+// there, and raises the floor to it. It reports whether the decision
+// may now differ.
+func (ss *session) refreshReplicas(req freshness.Requirement) (changed bool) {
 	if ss.srv == nil {
-		return freshness.Token{}, false
+		return false
 	}
 	r := ss.runtime()
 	if r == nil {
-		return freshness.Token{}, false
+		return false
 	}
 	type answer struct {
 		addr string
@@ -241,7 +235,7 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.
 		select {
 		case a = <-ch:
 		case <-timer.C:
-			return raised, changed
+			return changed
 		}
 		if a.err != nil {
 			continue
@@ -265,9 +259,6 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.
 		for _, s := range ss.fresh.seen {
 			if s.addr == a.addr && s.at.Before(asked) && !s.started.IsZero() && s.started.Equal(started) {
 				ss.raiseFloorLocked(a.tok)
-				if raised.Less(a.tok) {
-					raised = a.tok
-				}
 				changed = true
 				continue
 			}
@@ -276,7 +267,7 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (raised freshness.
 		ss.fresh.seen = kept
 		ss.mu.Unlock()
 	}
-	return raised, changed
+	return changed
 }
 
 // startedIn is the start time snap shows for server addr (zero: unknown).

@@ -38,8 +38,8 @@ func TestSeenReadsBoundAndRestrict(t *testing.T) {
 	ss := newSession()
 	ss.fresh.seen = []seenRead{{addr: a, at: readAt, started: started}}
 	before := health.NewSnapshot(standby(a, readAt.Add(-time.Millisecond), 500, started), standby(b, readAt, 900, started))
-	if raised := ss.boundSeenLocked(before); !raised.IsZero() || len(ss.fresh.seen) != 1 {
-		t.Fatalf("a probe begun before the read bounded it: raised %v, seen %v", raised, ss.fresh.seen)
+	if ss.boundSeenLocked(before); !ss.fresh.floor.IsZero() || len(ss.fresh.seen) != 1 {
+		t.Fatalf("a probe begun before the read bounded it: floor %v, seen %v", ss.fresh.floor, ss.fresh.seen)
 	}
 	c := cands()
 	if blocked := ss.restrictToSeenLocked(c, before); blocked || !c[0].eligible || c[1].eligible || c[1].reason != reasonReadYourWrites {
@@ -47,8 +47,8 @@ func TestSeenReadsBoundAndRestrict(t *testing.T) {
 	}
 
 	restarted := health.NewSnapshot(standby(a, readAt.Add(time.Millisecond), 100, started.Add(time.Minute)), standby(b, readAt, 900, started))
-	if raised := ss.boundSeenLocked(restarted); !raised.IsZero() {
-		t.Fatalf("a probe of A after its restart bounded the read: %v", raised)
+	if ss.boundSeenLocked(restarted); !ss.fresh.floor.IsZero() || len(ss.fresh.seen) != 1 {
+		t.Fatalf("a probe of A after its restart bounded the read: floor %v, seen %v", ss.fresh.floor, ss.fresh.seen)
 	}
 	c = cands()
 	if blocked := ss.restrictToSeenLocked(c, restarted); c[0].eligible || c[1].eligible || !blocked {
@@ -56,9 +56,8 @@ func TestSeenReadsBoundAndRestrict(t *testing.T) {
 	}
 
 	after := health.NewSnapshot(standby(a, readAt.Add(time.Millisecond), 700, started), standby(b, readAt, 900, started))
-	raised := ss.boundSeenLocked(after)
-	if raised != (freshness.Token{Timeline: 1, LSN: 700}) || len(ss.fresh.seen) != 0 || ss.fresh.floor.LSN != 700 {
-		t.Fatalf("a probe begun after the read: raised %v, seen %v, floor %v; want 1/700, none, 700", raised, ss.fresh.seen, ss.fresh.floor)
+	if ss.boundSeenLocked(after); ss.fresh.floor != (freshness.Token{Timeline: 1, LSN: 700}) || len(ss.fresh.seen) != 0 {
+		t.Fatalf("a probe begun after the read: seen %v, floor %v; want none, 1/700", ss.fresh.seen, ss.fresh.floor)
 	}
 	c = cands()
 	if ss.restrictToSeenLocked(c, after); !c[0].eligible || !c[1].eligible {

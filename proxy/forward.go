@@ -1622,18 +1622,13 @@ func (ss *session) fallBack(d *decision, u unitInfo, req *freshness.Requirement,
 			return fallbackCarryOut
 		case fallbackRefresh:
 			f.refreshed = true
-			if raised, changed := ss.refreshReplicas(*req); changed {
-				if !raised.IsZero() {
-					req.Floor = mergeExternal(req.Floor, raised, req.PrimaryTimeline)
-				}
+			// (What it raises, decideLocked folds into the requirement.)
+			if ss.refreshReplicas(*req) {
 				return fallbackRedecide
 			}
 		case fallbackBound:
 			f.boundTried = true
-			if ss.boundSeenByPrimary() {
-				if r := ss.readRequirement(u, primaryV); req.Floor.Less(r.Floor) {
-					req.Floor = r.Floor
-				}
+			if ss.boundSeenByPrimary() { // (decideLocked folds the raised floor in)
 				return fallbackRedecide
 			}
 		case fallbackWait:

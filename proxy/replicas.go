@@ -396,16 +396,15 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 // names missing from the cache are batched, one lookup at a time per
 // route, and a session waits for the lookup that answers its names. A
 // reload starts a new cache. mu guards the fields and is never held across
-// a dial or a query: a lookup takes the connection out (busy) and puts it
-// back when done.
+// a dial or a query: the one lookup running (volatility.run) takes the
+// connection out and puts it back when done.
 type volatility struct {
 	mu      sync.Mutex
 	known   map[string]bool     // name -> volatile
 	waiting map[string]*volCall // a name being looked up, or queued -> the lookup that answers it
 	next    *volCall            // names queued for the lookup after the running one
 	running bool                // a lookup (volatility.run) is under way
-	catalog *pool.Conn          // idle connection, made on first use
-	busy    bool                // the catalog connection is out
+	catalog *pool.Conn          // idle connection, made on first use (nil while a lookup has it)
 	closed  bool                // the runtime was replaced: a lookup ending keeps nothing
 }
 
@@ -533,20 +532,18 @@ func (v *volatility) run(c *volCall, lookup func(names []string) (map[string]boo
 	}
 }
 
-// errCatalogBusy refuses a lookup while the route's catalog connection
-// serves another.
-var errCatalogBusy = errors.New("the catalog connection is busy")
+// errCatalogClosed refuses a lookup after the runtime was replaced.
+var errCatalogClosed = errors.New("the route's runtime was replaced")
 
-// lookupNames looks names up on the route's catalog connection: one
-// lookup at a time per route, never holding v.mu across the dial or the
-// query.
+// lookupNames looks names up on the route's catalog connection, never
+// holding v.mu across the dial or the query. Only volatility.run calls
+// it, so one lookup at a time per route uses the connection.
 func (s *Server) lookupNames(ss *session, v *volatility, names []string) (map[string]bool, error) {
 	v.mu.Lock()
-	if v.busy || v.closed {
+	if v.closed {
 		v.mu.Unlock()
-		return nil, errCatalogBusy
+		return nil, errCatalogClosed
 	}
-	v.busy = true
 	conn := v.catalog
 	v.catalog = nil
 	v.mu.Unlock()
@@ -554,7 +551,6 @@ func (s *Server) lookupNames(ss *session, v *volatility, names []string) (map[st
 	rows, conn, err := s.lookupVolatility(ss, conn, names)
 
 	v.mu.Lock()
-	v.busy = false
 	if conn != nil {
 		if v.closed || v.catalog != nil {
 			conn.Terminate(time.Second)

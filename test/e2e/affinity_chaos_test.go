@@ -78,12 +78,7 @@ func TestAffineStandbyCrashKeepsReadsMonotonic(t *testing.T) {
 		for i := 0; i < 20; i++ {
 			read()
 		}
-		var other *pgtest.Server
-		for _, s := range cl.Standbys {
-			if s != affine {
-				other = s
-			}
-		}
+		other := otherStandby(cl, affine)
 		// The other standby stops replaying, then the session's standby
 		// crashes: the other is now behind what the session saw.
 		if err := other.PauseReplay(ctx); err != nil {
@@ -149,12 +144,7 @@ func TestRefusedAffineReplicaKeepsBound(t *testing.T) {
 			affine = standby[p]
 			return affine != nil, nil
 		})
-		var other *pgtest.Server
-		for _, s := range cl.Standbys {
-			if s != affine {
-				other = s
-			}
-		}
+		other := otherStandby(cl, affine)
 		if err := other.PauseReplay(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -187,6 +177,14 @@ func TestRefusedAffineReplicaKeepsBound(t *testing.T) {
 		}
 		t.Logf("round %d: the read after the kill ran on port %d (primary %d), value %d", round, p, cl.Primary.Port, n)
 	}
+}
+
+// otherStandby is the standby of monoCluster's two that is not s.
+func otherStandby(cl *pgtest.Cluster, s *pgtest.Server) *pgtest.Server {
+	if cl.Standbys[0] == s {
+		return cl.Standbys[1]
+	}
+	return cl.Standbys[0]
 }
 
 // monoCluster starts the affinity chaos tests' cluster (a primary and two
