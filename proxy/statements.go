@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -287,7 +288,7 @@ func (ss *session) ensureStatementCheck(l *link, name string, use byte, check bo
 // proxy prepares an empty query with the statement's parameter count and
 // types in its place: the server, which accepts that Parse there, then
 // gives the client's message the answer it would have given. The record
-// marks the stand-in, so the first use after the transaction ends Parses
+// marks the stand-in with its parameter types, so the first use after the transaction ends Parses
 // the real statement (a Close first, as for any other in the way).
 const standInMark = "\x00stand-in"
 
@@ -453,11 +454,21 @@ func standInFor(name string, info classify.Prepared, oids []uint32, use byte) (_
 	}
 	all := make([]uint32, info.Params)
 	copy(all, oids)
-	mark = standInMark
-	if describable {
-		mark += " describable"
+	// The mark names the parameter types: the record of a shared server
+	// connection may hold another client's stand-in of the same name,
+	// which is the same statement only with the same types (a Bind of
+	// zero parameters to a one-parameter stand-in fails with 08P01 where
+	// PostgreSQL answers 25P02).
+	var mb strings.Builder
+	mb.WriteString(standInMark)
+	for _, o := range all {
+		mb.WriteByte(' ')
+		mb.WriteString(strconv.FormatUint(uint64(o), 10))
 	}
-	return &pgproto3.Parse{Name: name, ParameterOIDs: all}, mark, true
+	if describable {
+		mb.WriteString(" describable")
+	}
+	return &pgproto3.Parse{Name: name, ParameterOIDs: all}, mb.String(), true
 }
 
 // makeRoom keeps l's server within max_prepared_statements named

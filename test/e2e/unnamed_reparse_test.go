@@ -54,3 +54,52 @@ func TestFailedReparseDropsUnnamed(t *testing.T) {
 	a.close()
 	b.close()
 }
+
+// TestStandInOfAnotherClient: in a failed transaction the proxy prepares
+// a stand-in (an empty query with the statement's parameter types) in
+// place of a client's statement that the server connection does not
+// hold, so the client's Bind gets the answer PostgreSQL would give. The
+// server connection is shared (transaction pooling, pool size 1), so its
+// record may hold another client's stand-in of the same name: that is the
+// same statement only with the same parameter types. Before the fix the
+// record said "a stand-in" without the types; Y's Bind of zero
+// parameters then ran against X's one-parameter stand-in and got 08P01
+// "bind message supplies 0 parameters, but prepared statement requires
+// 1" where PostgreSQL answers 25P02 (differential sequence
+// 5826723512045767604).
+func TestStandInOfAnotherClient(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: 1})
+	x := rawConnect(t, ctx, px.AppDSN())
+	y := rawConnect(t, ctx, px.AppDSN())
+	y.send(&pgproto3.Parse{Name: "s", Query: "select 'y'"}, &pgproto3.Sync{})
+	y.want(2, "ParseComplete Z:I")
+	x.send(&pgproto3.Parse{Name: "s", Query: "select $1::int::text"}, &pgproto3.Sync{})
+	x.want(2, "ParseComplete Z:I")
+	for round := 0; round < 2; round++ {
+		// Y's statement goes back on the connection, then X, in a failed
+		// transaction, gets its one-parameter stand-in there.
+		y.send(&pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		y.want(4, "BindComplete D:y C:SELECT 1 Z:I")
+		x.send(&pgproto3.Query{String: "begin"}, &pgproto3.Query{String: "select 1/0"})
+		x.want(4, "C:BEGIN Z:T E:22012 Z:E")
+		x.send(&pgproto3.Bind{PreparedStatement: "s", Parameters: [][]byte{[]byte("1")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		x.want(2, "E:25P02 Z:E")
+		x.send(&pgproto3.Query{String: "rollback"})
+		x.want(2, "C:ROLLBACK Z:I")
+		// Y, in a failed transaction, binds its own zero-parameter
+		// statement: 25P02, as directly.
+		y.send(&pgproto3.Query{String: "begin"}, &pgproto3.Query{String: "select 1/0"})
+		y.want(4, "C:BEGIN Z:T E:22012 Z:E")
+		y.send(&pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		y.want(2, "E:25P02 Z:E")
+		y.send(&pgproto3.Query{String: "rollback"})
+		y.want(2, "C:ROLLBACK Z:I")
+		// Both statements still run as their clients prepared them.
+		x.send(&pgproto3.Bind{PreparedStatement: "s", Parameters: [][]byte{[]byte("7")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		x.want(4, "BindComplete D:7 C:SELECT 1 Z:I")
+	}
+	x.close()
+	y.close()
+}
