@@ -180,6 +180,37 @@ func TestUnsureWrite(t *testing.T) {
 		}
 	})
 
+	// Two COPY FROM STDIN in a row (differential sequence
+	// 5889086208397092577): the second unit pays the first one's debt
+	// (request 4), then runs its own COPY, a new debt. The answer to
+	// request 4 may arrive after that COPY was written: it was read before
+	// the second COPY committed, so it pays neither that debt nor covers
+	// that unsure write. Before the fix it cleared the debt, and the next
+	// read went to a replica on a token below the second COPY (a stale
+	// read with a success status).
+	t.Run("a debt and an unsure write arising after the paying request stay", func(t *testing.T) {
+		ss, _ := newSession()
+		counted(ss, 0, 3)
+		ss.mu.Lock()
+		ss.oweCaptureLocked() // the first COPY
+		ss.markUnsureLocked(1)
+		ss.fresh.captures, ss.fresh.requests = 1, 4 // payCaptureDebt's request
+		ss.oweCaptureLocked()                       // the second COPY, written before the answer
+		ss.markUnsureLocked(1)
+		ss.mu.Unlock()
+		ss.applyPosition(captureWrite, at(1, 300), true, true, 1, 4)
+		u, tok := state(ss)
+		if !ss.owesCapture() || u.timeline != 1 || u.seq != 4 || u.after != at(1, 300) || tok != at(1, 300) {
+			t.Fatalf("after the answer asked for before the second COPY: debt %v, unsure %+v, token %v; want the debt, unsure on 1 from request 4 after 1:0/12C, token 1:0/12C",
+				ss.owesCapture(), u, tok)
+		}
+		counted(ss, 1, 5)
+		ss.applyPosition(captureWrite, at(1, 400), true, true, 1, 5)
+		if u, tok := state(ss); ss.owesCapture() || u.timeline != 0 || tok != at(1, 400) {
+			t.Fatalf("after an answer asked for after both: debt %v, unsure %+v, token %v; want none, none, 1:0/190", ss.owesCapture(), u, tok)
+		}
+	})
+
 	t.Run("a write's position answered by a later primary makes it unsure", func(t *testing.T) {
 		ss, _ := newSession()
 		counted(ss, 1, 0)

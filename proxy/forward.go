@@ -1419,7 +1419,7 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 		// Nothing but copy messages may follow COPY FROM STDIN: the
 		// position is read before the session's next unit instead.
 		ss.mu.Lock()
-		ss.fresh.captureDebt = true
+		ss.oweCaptureLocked()
 		ss.markUnsureLocked(ss.writeTimelineLocked(l.addr))
 		ss.mu.Unlock()
 		return nil

@@ -49,6 +49,11 @@ type unsureWrite struct {
 	timeline uint32
 	after    freshness.Token
 	seq      uint64 // fresh.requests when it was noted
+	// The latest unsure write noted (it may be this one): an answer that
+	// covers the earliest but was asked for before the latest leaves the
+	// latest unsure.
+	lastTimeline uint32
+	lastSeq      uint64
 }
 
 // markUnsureLocked notes a write on the primary of timeline tl whose
@@ -59,9 +64,19 @@ func (ss *session) markUnsureLocked(tl uint32) {
 	if tl == 0 {
 		return
 	}
-	if u := ss.fresh.unsure; u.timeline == 0 || tl < u.timeline {
-		ss.fresh.unsure = unsureWrite{timeline: tl, after: ss.fresh.token, seq: ss.fresh.requests}
+	u := &ss.fresh.unsure
+	if u.timeline == 0 || tl < u.timeline {
+		u.timeline, u.after, u.seq = tl, ss.fresh.token, ss.fresh.requests
 	}
+	u.lastTimeline, u.lastSeq = tl, ss.fresh.requests
+}
+
+// oweCaptureLocked notes that the session owes itself a read of the
+// primary's position (captureDebt): only an answer to a request made
+// from now on pays it. Callers hold ss.mu.
+func (ss *session) oweCaptureLocked() {
+	ss.fresh.captureDebt = true
+	ss.fresh.debtSeq = ss.fresh.requests
 }
 
 // writeTimelineLocked is the timeline of the primary at addr, where a
@@ -111,8 +126,14 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, clears
 	}
 	if ok && kind != captureReplay {
 		if u := ss.fresh.unsure; u.timeline != 0 && tok.Timeline == u.timeline && seq > u.seq {
-			ss.fresh.unsure = unsureWrite{}
 			raiseToken()
+			ss.fresh.unsure = unsureWrite{}
+			if seq <= u.lastSeq {
+				// A later unsure write was noted after this was asked
+				// for: it is not covered.
+				ss.fresh.unsure = unsureWrite{timeline: u.lastTimeline, after: ss.fresh.token, seq: u.lastSeq,
+					lastTimeline: u.lastTimeline, lastSeq: u.lastSeq}
+			}
 		}
 	}
 	if ok {
@@ -127,13 +148,16 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, clears
 		case captureRead:
 			ss.raiseFloorLocked(tok)
 		}
-		if clearsDebt {
+		if clearsDebt && seq > ss.fresh.debtSeq {
+			// (A debt incurred after this was asked for — a COPY FROM
+			// STDIN run meanwhile — stays: the position may be before
+			// that write's commit.)
 			ss.fresh.captureDebt = false
 		}
 	} else if kind != capturePosition {
 		// What the unit wrote or saw is unknown: reads go to the primary
 		// until a position is read (payCaptureDebt).
-		ss.fresh.captureDebt = true
+		ss.oweCaptureLocked()
 		if kind == captureWrite {
 			ss.markUnsureLocked(tl)
 		}
@@ -184,7 +208,7 @@ func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
 	}
 	if l.dead {
 		ss.fresh.captures--
-		ss.fresh.captureDebt = true
+		ss.oweCaptureLocked()
 		if kind == captureWrite {
 			ss.markUnsureLocked(tl)
 		}
@@ -249,7 +273,9 @@ func (ss *session) requestPositionLocked(kind byte, clearsDebt bool, tl uint32) 
 	rd := ss.positionReader()
 	if rd == nil {
 		ss.fresh.captures--
-		ss.fresh.captureDebt = ss.fresh.captureDebt || kind != capturePosition
+		if kind != capturePosition {
+			ss.oweCaptureLocked()
+		}
 		if kind == captureWrite {
 			ss.markUnsureLocked(tl)
 		}
@@ -281,7 +307,7 @@ func (ss *session) positionsLostLocked(l *link) {
 			continue
 		}
 		ss.fresh.captures--
-		ss.fresh.captureDebt = true
+		ss.oweCaptureLocked()
 		if d.kind == captureWrite {
 			ss.markUnsureLocked(d.timeline)
 		}

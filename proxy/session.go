@@ -83,6 +83,7 @@ type sessionFreshness struct {
 	// its connection, so token and floor may lag what the session wrote or
 	// saw (forgetSwallowLocked).
 	captureDebt bool
+	debtSeq     uint64 // requests when the debt arose: answers to later requests pay it
 	// unsure: a write of the session whose position on its primary was
 	// never read (unsureWrite); requests numbers the position requests
 	// made, so an answer can tell whether it was asked for after that
