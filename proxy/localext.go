@@ -149,7 +149,7 @@ type localSplit struct {
 func (ss *session) localPlan(b *batch) *localSplit {
 	ss.settleLocalUnnamed(b)
 	ss.applyClientUndo()
-	if len(ss.client.kportals) > 0 || len(ss.client.srvPortals) > 0 {
+	if len(ss.client.kportals) > 0 || len(ss.client.srvPortals) > 0 || len(ss.client.exitPortals) > 0 {
 		// Portals end with their transaction, the proxy's as the
 		// server's: a portal made in unit k is gone once a unit from k on
 		// ended outside a transaction block (or now, all idle).
@@ -164,6 +164,11 @@ func (ss *session) localPlan(b *batch) *localSplit {
 		for name, seq := range ss.client.srvPortals {
 			if idle || seq < ended {
 				delete(ss.client.srvPortals, name)
+			}
+		}
+		for name, p := range ss.client.exitPortals {
+			if idle || p.seq < ended {
+				delete(ss.client.exitPortals, name)
 			}
 		}
 	}

@@ -37,6 +37,12 @@ type clientStatements struct {
 	// srvPortals are the named portals the client Bound on servers in
 	// its current transaction (a local Bind into one fails with 42P03).
 	srvPortals map[string]uint64 // -> the unit (unitSeq) that made it
+	// exitPortals are the portals the client Bound, by whether their
+	// statement ends a failed transaction (exitsFailedTx): an Execute of
+	// one that does not leaves a failed transaction failed (stand-ins,
+	// injectStatements). A portal not in it may. Pruned as srvPortals
+	// (localPlan).
+	exitPortals map[string]portalExit
 	// parses counts the client's Parses of each statement name, by a hash
 	// of the name (parseTag), up to maxParsedNames names: a driver that
 	// names statements by their text's hash leaves one per text it ever

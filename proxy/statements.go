@@ -638,7 +638,7 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 	// stand-in).
 	execAt := -1
 	for i, m := range b.msgs {
-		if m.typ == 'E' {
+		if m.typ == 'E' && ss.mayExitFailedTx(b, i) {
 			execAt = i
 			break
 		}
@@ -766,6 +766,64 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 		}
 	}
 	return nil
+}
+
+// mayExitFailedTx reports whether the Execute b.msgs[i] may end a failed
+// transaction: its portal's statement, bound earlier in b or in an earlier
+// batch (client.exitPortals), is a COMMIT, ROLLBACK or the like, or is not
+// known. (PostgreSQL refuses every other Execute in a failed
+// transaction, 25P02, and so a stand-in prepared ahead of the batch
+// serves the messages after it as it would before it.)
+func (ss *session) mayExitFailedTx(b *batch, i int) bool {
+	portal, _, err := cstring(b.body(b.msgs[i]))
+	if err != nil {
+		return true
+	}
+	for j := i - 1; j >= 0; j-- {
+		m := b.msgs[j]
+		if m.typ != 'B' {
+			continue
+		}
+		body := b.body(m)
+		dest, _, err := cstring(body)
+		if err != nil || dest != portal {
+			continue
+		}
+		stmt, err := bindStatement(body)
+		if err != nil {
+			return true
+		}
+		for k := j - 1; k >= 0; k-- {
+			if b.msgs[k].typ != 'P' {
+				continue
+			}
+			if n, q, err := parseNames(b.body(b.msgs[k])); err == nil && n == stmt {
+				return exitsFailedTx(q)
+			}
+		}
+		text, ok := ss.statementText(stmt)
+		return !ok || exitsFailedTx(text)
+	}
+	pe, ok := ss.client.exitPortals[portal]
+	return !ok || pe.exit
+}
+
+// portalExit is what session.exitPortals knows of a portal: whether its
+// statement ends a failed transaction, and the unit (unitSeq) that made
+// it.
+type portalExit struct {
+	exit bool
+	seq  uint64
+}
+
+// statementText is the text of the client's statement name as it Parsed
+// it (false: not known, or PREPAREd in SQL).
+func (ss *session) statementText(name string) (string, bool) {
+	if name == "" {
+		return ss.client.unnamed.query, ss.client.unnamed.parse != ""
+	}
+	st, ok := ss.client.stmts[name]
+	return st.query, ok
 }
 
 // ensureStatementSynced is ensureStatement ahead of a simple Query (an
@@ -1420,6 +1478,13 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 				}
 				ss.client.srvPortals[portal] = ss.unitSeqNow()
 			}
+			if stmt, err := bindStatement(body); err == nil {
+				if ss.client.exitPortals == nil {
+					ss.client.exitPortals = map[string]portalExit{}
+				}
+				text, ok := ss.statementText(stmt)
+				ss.client.exitPortals[portal] = portalExit{exit: !ok || exitsFailedTx(text), seq: ss.unitSeqNow()}
+			}
 		}
 		// The statement it uses was prepared ahead (injectStatements):
 		// nothing is injected here, among the client's messages.
@@ -1430,6 +1495,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		}
 		if kind != 'S' {
 			delete(ss.client.srvPortals, name)
+			delete(ss.client.exitPortals, name)
 			ss.noteStmtOp(l, stmtOp{kind: 'c', name: name, noop: true})
 			return nil
 		}

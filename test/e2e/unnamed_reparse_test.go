@@ -103,3 +103,50 @@ func TestStandInOfAnotherClient(t *testing.T) {
 	x.close()
 	y.close()
 }
+
+// TestStandInAfterFailingExecute: a pipelined batch in a failed
+// transaction Describes and Executes a portal of the failed batch before
+// it, then Binds a statement this server connection holds another
+// client's statement under (transaction pooling, pool size 1). The
+// proxy prepares the client's statement ahead of the batch; in a failed
+// transaction that must be a stand-in, as the real Parse fails (25P02)
+// ahead of everything and took the place of the Describe's NoData. It
+// used no stand-in in a batch with an Execute before the Bind, since a
+// COMMIT or ROLLBACK run there would end the failed state; now only an
+// Execute whose portal may run one counts (differential sequence
+// 2630309524058918675, both transaction-pooling modes).
+func TestStandInAfterFailingExecute(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: 1})
+	tbl := uniqueIdent("standin")
+	direct := connect(t, ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
+	if _, err := direct.Exec(ctx, "create table "+tbl+" (k int, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	y := rawConnect(t, ctx, px.AppDSN())
+	x := rawConnect(t, ctx, px.AppDSN())
+	y.send(&pgproto3.Parse{Name: "s", Query: "update " + tbl + " set v = v || '+' where k <= $1"}, &pgproto3.Describe{ObjectType: 'S', Name: "s"}, &pgproto3.Sync{})
+	y.want(4, "ParseComplete ParameterDescription NoData Z:I")
+	x.send(&pgproto3.Parse{Name: "s", Query: "select $1::int::text"}, &pgproto3.Sync{})
+	x.want(2, "ParseComplete Z:I")
+	for round := 0; round < 2; round++ {
+		// X's statement is on the connection.
+		x.send(&pgproto3.Bind{PreparedStatement: "s", Parameters: [][]byte{[]byte("3")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		x.want(4, "BindComplete D:3 C:SELECT 1 Z:I")
+		y.send(&pgproto3.Query{String: "begin"})
+		y.want(2, "C:BEGIN Z:T")
+		y.send(&pgproto3.Parse{Query: "release savepoint x1"}, &pgproto3.Bind{DestinationPortal: "p1"}, &pgproto3.Execute{Portal: "p1"}, &pgproto3.Sync{},
+			&pgproto3.Describe{ObjectType: 'P', Name: "p1"}, &pgproto3.Execute{Portal: "p1", MaxRows: 2},
+			&pgproto3.Bind{DestinationPortal: "p2", PreparedStatement: "s", Parameters: [][]byte{[]byte("5")}},
+			&pgproto3.Describe{ObjectType: 'P', Name: "p2"}, &pgproto3.Execute{Portal: "p2"}, &pgproto3.Sync{})
+		y.want(7, "ParseComplete BindComplete E:3B001 Z:E NoData E:25P02 Z:E")
+		// A ROLLBACK portal Executed before the Bind ends the failed
+		// state: the real statement runs after it.
+		y.send(&pgproto3.Parse{Query: "rollback"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "s", Parameters: [][]byte{[]byte("5")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		y.want(6, "ParseComplete BindComplete C:ROLLBACK BindComplete C:UPDATE 0 Z:I")
+	}
+	x.close()
+	y.close()
+}
