@@ -73,6 +73,11 @@ func (ss *session) connect() error {
 		if st.settings != "" {
 			q = "RESET ALL; " + q
 		}
+		// (A simple Query: the server drops its unnamed statement, which
+		// in transaction pooling may be another client's. Without this
+		// the record kept it, and that client's next Bind of it went
+		// without a Parse: 26000.)
+		st.unnamed = ""
 		if err := srv.Exec(q, nil); err != nil {
 			ss.releaseServer(srv, p, false)
 			return err

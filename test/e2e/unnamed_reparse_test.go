@@ -150,3 +150,33 @@ func TestStandInAfterFailingExecute(t *testing.T) {
 	x.close()
 	y.close()
 }
+
+// TestLoginSettingsDropUnnamed: in transaction pooling a session logging
+// in with other startup settings than the server connection it gets has
+// them set there with a simple Query, which drops the server's unnamed
+// statement: another client's. The proxy's record of the connection must
+// forget it too. Before the fix it did not, and C, whose unnamed
+// statement has the same text as the one the record named, bound it
+// without a Parse and got 26000 "unnamed prepared statement does not
+// exist" (differential sequences 6054448934885829353 and
+// 13373058581582800924, transaction-routing).
+func TestLoginSettingsDropUnnamed(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: 1})
+	c := rawConnect(t, ctx, px.AppDSN()+"&application_name=kinetic_b")
+	c.send(&pgproto3.Parse{Query: "select 'x'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	c.want(5, "ParseComplete BindComplete D:x C:SELECT 1 Z:I")
+	// A, with other settings, Parses the same text there.
+	a := rawConnect(t, ctx, px.AppDSN()+"&application_name=kinetic_a")
+	a.send(&pgproto3.Parse{Query: "select 'x'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	a.want(5, "ParseComplete BindComplete D:x C:SELECT 1 Z:I")
+	// B logs in with C's settings: they are set on the connection.
+	b := rawConnect(t, ctx, px.AppDSN()+"&application_name=kinetic_b")
+	// C binds its unnamed statement: it runs, as directly.
+	c.send(&pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	c.want(4, "BindComplete D:x C:SELECT 1 Z:I")
+	a.close()
+	b.close()
+	c.close()
+}
