@@ -279,6 +279,28 @@
 //     whose unnamed statement that was then bound it there unparsed
 //     (26000). Fixed; whether it was this sequence's cause cannot be
 //     shown, since the sequence never failed alone.
+//   - 181818 (next session, on aa3fcd3): 0 / 1 / 1 / 3, four causes, each
+//     fixed with a test that fails on the old code. A stale read with a
+//     success status after two COPY FROM STDIN in a row, the first
+//     failing (5889086208397092577, session-routing; 1 replay in 3 alone):
+//     the position answer that paid the first COPY's debt arrived after
+//     the second COPY was written and paid that one's too
+//     (TestCopyAfterCopyReadsItsWrites; now a regression seed). A real
+//     Parse injected ahead of a pipelined batch in a failed transaction
+//     failed ahead of a Describe's NoData (2630309524058918675, both
+//     transaction modes): a stand-in now serves after an Execute whose
+//     portal cannot end the failed transaction
+//     (TestStandInAfterFailingExecute). 26000 at a Bind of the unnamed
+//     statement (6054448934885829353, 13373058581582800924,
+//     transaction-routing): another session's login ran its settings
+//     query on the shared connection, which dropped the unnamed statement
+//     the record still named (TestLoginSettingsDropUnnamed; likely the
+//     cause of 17898864605248219015 above too). And the 08P01 of
+//     5826723512045767604 above: the record of a stand-in did not name
+//     its parameter types, so another client's stand-in of the same name
+//     was taken for this one's (TestStandInOfAnotherClient). None of the
+//     last three reproduces alone: they need another sequence's state on
+//     the shared connection, which the tests build directly.
 //
 // Open after them: in a pipeline whose first batch fails, the PREPARE a
 // later Parse of a SQL-PREPAREd name needs is replayed at the start of
