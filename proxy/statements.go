@@ -348,10 +348,10 @@ func (ss *session) noteInferredLocked(parse string, body []byte) {
 // kind described in a failed transaction) with a parameter type left to
 // the server, when the statement may be used on another server
 // (routing, transaction pooling), and only when nothing of the client's
-// still to be answered on l can send a ParameterDescription before the
-// Describe's (the client's messages unanswered there are the written
-// ones of this batch, written, and none of them Describes a statement,
-// describedBefore): that one is then the Describe's. The Describe adds
+// of this batch can send a ParameterDescription before the Describe's
+// (the client's messages of the batch written before it, written, and
+// none of them Describes a statement, describedBefore): that one is then
+// the Describe's. The Describe adds
 // no statement and no round trip.
 func (ss *session) learnTypes(l *link, body []byte, written int, describedBefore bool) bool {
 	if describedBefore {
@@ -366,7 +366,10 @@ func (ss *session) learnTypes(l *link, body []byte, written int, describedBefore
 	}
 	ss.mu.Lock()
 	_, known := ss.inferred[string(body)]
-	first := l.sent == written && l.batches == l.rfqs && l.failed != l.batches+1
+	// (Batches pipelined before this one may be in flight: their
+	// answers come before this batch's, and the Describe's answer is
+	// matched within this batch only: stepLocked.)
+	first := l.sent == written && l.failed != l.batches+1
 	ss.mu.Unlock()
 	if known || !first {
 		return false

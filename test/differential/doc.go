@@ -306,8 +306,10 @@
 // later Parse of a SQL-PREPAREd name needs is replayed at the start of
 // its batch and fails there (25P02) in place of an earlier Close's
 // CloseComplete (10066516858148177312, routed modes); a Describe S in
-// pipelined Syncs answered 25P02 (2461579485290359900, routed modes, not
-// yet diagnosed); and, in the transaction modes only and not reproduced
+// pipelined Syncs answered 25P02 (2461579485290359900, routed modes:
+// fixed in the session of 181818, the inferred types of a statement
+// Parsed behind an unanswered batch are learnt now; a regression seed);
+// and, in the transaction modes only and not reproduced
 // alone, 0A000 at a Bind (17198292917881895050), 25P02 at a Describe S
 // (17568478576446644657) and 25P02 for 34000 (2024141487199610067): the
 // shared-connection class above.
