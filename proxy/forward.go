@@ -343,7 +343,7 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			ss.replay, ss.replayDue = nil, nil
 			if l != nil && open && l.replica {
 				ss.replay = newReplayLog(unnamed)
-				ss.replay.txOf, ss.replay.stmtText = ss.txOf, ss.preparedText
+				ss.replay.txOf, ss.replay.stmtText, ss.replay.stmtParse = ss.txOf, ss.preparedText, ss.preparedParse
 				for _, m := range b.msgs {
 					ss.replay.add(m.typ, b.body(m))
 				}

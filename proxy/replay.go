@@ -42,12 +42,16 @@ type replayLog struct {
 	// part began (nil: none, in tests).
 	txOf     func(query string) classify.Tx
 	stmtText func(name string) string
+	// stmtParse is the Parse body of a statement the client prepared
+	// before the part began ("" none or not known).
+	stmtParse func(name string) string
 }
 
 type replayMsg struct {
 	typ     byte
 	body    []byte
 	unnamed string      // a Bind of the unnamed statement: its Parse body
+	parse   string      // a Bind of a named statement: its Parse body at the Bind, if known
 	tx      classify.Tx // a Bind: its statement's transaction-control role
 }
 
@@ -104,6 +108,7 @@ func (r *replayLog) add(typ byte, body []byte) {
 			r.parsed = map[string]string{}
 		}
 		r.parsed[name] = string(body)
+		delete(r.closed, name)
 		return
 	case 'C':
 		kind, name, err := describeTarget(body)
@@ -136,6 +141,12 @@ func (r *replayLog) add(typ byte, body []byte) {
 	if typ == 'B' {
 		if stmt, err := bindStatement(body); err == nil && stmt == "" {
 			m.unnamed = r.unnamed
+		} else if err == nil {
+			if p, ok := r.parsed[stmt]; ok && !r.closed[stmt] {
+				m.parse = p
+			} else if !ok && !r.closed[stmt] && r.stmtParse != nil {
+				m.parse = r.stmtParse(stmt)
+			}
 		}
 		m.tx = r.bindTx(body)
 	}
@@ -230,11 +241,13 @@ func (r *replayLog) open() []replayMsg {
 // replayPortals sends again on l (the primary, taking over the rest of a
 // unit) the Binds and Executes that make the replica part's open portals,
 // their answers dropped. Statements they use are prepared first, as for
-// the client's own Binds; a Bind of a statement the part Closed by name,
-// or whose name holds another statement now, or of an unnamed statement
-// not known, is
-// not replayed (nor is the log's rest: the portals stay behind). An
-// unnamed statement is Parsed again as it was at its Bind.
+// the client's own Binds. A Bind of a statement the part Closed by name
+// since (the portal outlives it, as on the server), or whose name holds
+// another statement now, is bound from the unnamed statement, Parsed with
+// that statement's text; one whose text is not known, or of an unnamed
+// statement not known, is not replayed (nor is the log's rest: the
+// portals stay behind). An unnamed statement is Parsed again as it was at
+// its Bind.
 func (ss *session) replayPortals(l *link, r *replayLog) error {
 	msgs := r.open()
 	if len(msgs) == 0 {
@@ -245,11 +258,8 @@ func (ss *session) replayPortals(l *link, r *replayLog) error {
 			continue
 		}
 		stmt, err := bindStatement(m.body)
-		if err != nil || stmt == "" && m.unnamed == "" || r.closed[stmt] {
+		if err != nil || stmt == "" && m.unnamed == "" || stmt != "" && m.parse == "" {
 			return nil
-		}
-		if p, ok := r.parsed[stmt]; ok && ss.client.stmts[stmt].parse != p {
-			return nil // (the name has another statement now)
 		}
 	}
 	// The portals live in the server's implicit transaction until the
@@ -259,6 +269,13 @@ func (ss *session) replayPortals(l *link, r *replayLog) error {
 		switch m.typ {
 		case 'B':
 			stmt, _ := bindStatement(m.body)
+			if stmt != "" && ss.client.stmts[stmt].parse != m.parse {
+				// Closed since, or another statement under the name now:
+				// the portal is bound from the unnamed statement with the
+				// text it had.
+				m.unnamed, m.body = unnamedParse(m.parse), unnamedBind(m.body)
+				stmt = ""
+			}
 			if stmt != "" {
 				if err := ss.ensureStatement(l, stmt, 'B'); err != nil {
 					return err
@@ -284,6 +301,33 @@ func (ss *session) replayPortals(l *link, r *replayLog) error {
 		}
 	}
 	return nil
+}
+
+// unnamedParse is a Parse body for the unnamed statement with parse's
+// text and parameter types.
+func unnamedParse(parse string) string {
+	_, rest, err := cstring([]byte(parse))
+	if err != nil {
+		return parse
+	}
+	return "\x00" + string(rest)
+}
+
+// unnamedBind is a Bind body naming the unnamed statement in place of
+// body's.
+func unnamedBind(body []byte) []byte {
+	portal, rest, err := cstring(body)
+	if err != nil {
+		return body
+	}
+	_, rest, err = cstring(rest)
+	if err != nil {
+		return body
+	}
+	out := make([]byte, 0, len(portal)+2+len(rest))
+	out = append(out, portal...)
+	out = append(out, 0, 0)
+	return append(out, rest...)
 }
 
 // expectExecute is the swallow kind of an injected Execute: its rows (or
@@ -318,4 +362,9 @@ func (ss *session) txOf(query string) classify.Tx {
 // Parse ("" if unknown; SQL PREPARE takes no transaction control).
 func (ss *session) preparedText(name string) string {
 	return ss.client.stmts[name].query
+}
+
+// preparedParse is the Parse body of the client's statement name ("" none).
+func (ss *session) preparedParse(name string) string {
+	return ss.client.stmts[name].parse
 }

@@ -71,6 +71,41 @@ func TestReplayLogOpen(t *testing.T) {
 			t.Errorf("Binds of the unnamed statement recorded %q", []string{got[0].unnamed, got[1].unnamed})
 		}
 	})
+	t.Run("a named statement's text at its Bind", func(t *testing.T) {
+		// s1 Parsed in the part, t prepared before it; both Closed after
+		// their Binds, then s1 Parsed again: each Bind keeps the text
+		// it used, so its portal can be bound again from the unnamed
+		// statement (replayPortals). A Bind of a name Closed before it
+		// and not Parsed again has none.
+		r := newReplayLog("")
+		r.stmtParse = func(name string) string {
+			if name == "t" {
+				return "t\x00select 't'\x00\x00\x00"
+			}
+			return ""
+		}
+		_, s1 := body(parse("s1", "select 1"))
+		r.add(body(parse("s1", "select 1")))
+		r.add(body(bind("p", "s1")))
+		r.add(body(bind("q", "t")))
+		r.add(body(&pgproto3.Close{ObjectType: 'S', Name: "s1"}))
+		r.add(body(&pgproto3.Close{ObjectType: 'S', Name: "t"}))
+		r.add(body(bind("x", "t")))
+		r.add(body(parse("s1", "select 2")))
+		r.add(body(bind("y", "s1")))
+		got := r.open()
+		if len(got) != 4 || got[0].parse != string(s1) || got[1].parse != "t\x00select 't'\x00\x00\x00" || got[2].parse != "" ||
+			queryOf(got[3].parse) != "select 2" {
+			t.Fatalf("Parse bodies at the Binds: %q", []string{got[0].parse, got[1].parse, got[2].parse, got[3].parse})
+		}
+		if u := unnamedParse(got[0].parse); u != "\x00select 1\x00\x00\x00" {
+			t.Errorf("unnamedParse = %q", u)
+		}
+		_, want := body(bind("p", ""))
+		if b := unnamedBind(got[0].body); string(b) != string(want) {
+			t.Errorf("unnamedBind = %q, want %q", b, want)
+		}
+	})
 	t.Run("over budget", func(t *testing.T) {
 		r := newReplayLog("")
 		big := make([][]byte, 1)
