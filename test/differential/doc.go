@@ -81,7 +81,12 @@
 //     server) are named, others (a temp table) masked;
 //   - the run key is masked back to RunMark;
 //   - DataRow values of a unit with a pg_kinetic.* command, or a Bind of
-//     a statement Parsed from one (PostgreSQL answers placeholders).
+//     a statement Parsed from one (PostgreSQL answers placeholders); the
+//     runner also masks the rows of a one-column pg_kinetic.*
+//     RowDescription, and of an Execute of a portal bound from an unnamed
+//     statement that the answers show is still such a command (a Parse
+//     replacing it skipped after an error, which the generator does not
+//     follow).
 //
 // Answers are read per frontend message: Parse until ParseComplete, Bind
 // until BindComplete, Describe until RowDescription or NoData, Execute
@@ -301,6 +306,19 @@
 //     was taken for this one's (TestStandInOfAnotherClient). None of the
 //     last three reproduces alone: they need another sequence's state on
 //     the shared connection, which the tests build directly.
+//   - 272727 (same session, after the COPY and stand-in fixes): 0 / 1 /
+//     1 / 1. A moved unit's portal bound from a statement its replica
+//     part Closed was not bound again on the primary (34000;
+//     15105487470337724142, both routed modes; fixed,
+//     TestMovedPortalOfClosedStatement, a regression seed). A hang of 3 s
+//     at a session's first unit in transaction pooling
+//     (1392953651081257010: Execute of a missing portal, then Sync),
+//     while other test clusters ran on the machine; not reproduced alone
+//     (three replays), not diagnosed.
+//   - 292929 (same session, on 36ace0d): 0 / 1 / 0 / 1, one class, the
+//     harness's: 4824126268394001096's without a Describe
+//     (7572398058732295921); the runner now follows the unnamed statement
+//     by the answers (above).
 //
 // Open after them: in a pipeline whose first batch fails, the PREPARE a
 // later Parse of a SQL-PREPAREd name needs is replayed at the start of

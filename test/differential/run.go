@@ -236,7 +236,15 @@ type driver struct {
 	// statement what it was). Its DataRows are masked until the next
 	// CommandComplete, RowDescription or ReadyForQuery.
 	kineticRows bool
-	copyData    []pgproto3.FrontendMessage
+	// unnamedKinetic: the server's unnamed statement, as this run's
+	// answers show it (a ParseComplete, not a Parse the server skipped
+	// after an error), is a pg_kinetic.* command; kineticPortals: the
+	// portals bound from one. Rows of an Execute of such a portal are
+	// masked even without a RowDescription (a Bind and Execute alone).
+	unnamedKinetic bool
+	kineticPortals map[string]bool
+	execMask       bool
+	copyData       []pgproto3.FrontendMessage
 }
 
 // unit sends one unit and reads its answers; false when the run must end.
@@ -277,11 +285,16 @@ func (d *driver) unit(u Unit) bool {
 			if d.skipping {
 				continue
 			}
+			if e, isExec := m.(*pgproto3.Execute); isExec {
+				d.execMask = d.kineticPortals[e.Portal]
+			}
 			ok = d.readUntil(false, terminal(m))
+			d.execMask = false
 		}
 		if !ok {
 			return false
 		}
+		d.follow(i, m)
 	}
 	switch ms[len(ms)-1].(type) {
 	case *pgproto3.Sync, *pgproto3.Query:
@@ -290,6 +303,42 @@ func (d *driver) unit(u Unit) bool {
 		d.open = true
 	}
 	return true
+}
+
+// follow notes what message i (m), now answered, did to the unnamed
+// statement and the portals (unnamedKinetic, kineticPortals).
+func (d *driver) follow(i int, m pgproto3.FrontendMessage) {
+	last := ""
+	if n := len(d.lines); n > 0 && d.lines[n-1].FE == i {
+		last = d.lines[n-1].S
+	}
+	switch m := m.(type) {
+	case *pgproto3.Query:
+		d.unnamedKinetic = false
+		clear(d.kineticPortals)
+	case *pgproto3.Parse:
+		if m.Name != "" {
+			return
+		}
+		switch {
+		case last == "ParseComplete":
+			d.unnamedKinetic = strings.Contains(strings.ToLower(m.Query), "pg_kinetic.")
+		case strings.HasPrefix(last, "ErrorResponse"):
+			d.unnamedKinetic = false // (PostgreSQL drops the old one before parsing)
+		}
+	case *pgproto3.Close:
+		if m.ObjectType == 'S' && m.Name == "" && last == "CloseComplete" {
+			d.unnamedKinetic = false
+		}
+	case *pgproto3.Bind:
+		if last != "BindComplete" {
+			return
+		}
+		if d.kineticPortals == nil {
+			d.kineticPortals = map[string]bool{}
+		}
+		d.kineticPortals[m.DestinationPortal] = m.PreparedStatement == "" && d.unnamedKinetic
+	}
 }
 
 // terminal is the predicate of the message that completes a frontend
@@ -352,7 +401,7 @@ func (d *driver) readUntil(toRFQ bool, done func(pgproto3.BackendMessage) bool) 
 		if rd, ok := bm.(*pgproto3.RowDescription); ok {
 			d.kineticRows = len(rd.Fields) == 1 && strings.HasPrefix(string(rd.Fields[0].Name), "pg_kinetic.")
 		}
-		d.record(d.fe0, d.mask(d.rn.canon(bm, d.masked || d.kineticRows)))
+		d.record(d.fe0, d.mask(d.rn.canon(bm, d.masked || d.kineticRows || d.execMask)))
 		switch bm.(type) {
 		case *pgproto3.CommandComplete, *pgproto3.ReadyForQuery:
 			d.kineticRows = false
