@@ -315,20 +315,7 @@ func unnamedParse(parse string) string {
 
 // unnamedBind is a Bind body naming the unnamed statement in place of
 // body's.
-func unnamedBind(body []byte) []byte {
-	portal, rest, err := cstring(body)
-	if err != nil {
-		return body
-	}
-	_, rest, err = cstring(rest)
-	if err != nil {
-		return body
-	}
-	out := make([]byte, 0, len(portal)+2+len(rest))
-	out = append(out, portal...)
-	out = append(out, 0, 0)
-	return append(out, rest...)
-}
+func unnamedBind(body []byte) []byte { return bindWithStatement(body, "") }
 
 // expectExecute is the swallow kind of an injected Execute: its rows (or
 // COPY data) and its end, CommandComplete, PortalSuspended or

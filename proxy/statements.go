@@ -1848,7 +1848,11 @@ func planned(query string) bool {
 
 // staleBind returns the Bind body b with staleStatement in place of its
 // statement name.
-func staleBind(b []byte) []byte {
+func staleBind(b []byte) []byte { return bindWithStatement(b, staleStatement) }
+
+// bindWithStatement returns the Bind body b naming statement stmt in
+// place of its own (b itself if it is malformed).
+func bindWithStatement(b []byte, stmt string) []byte {
 	portal, rest, err := cstring(b)
 	if err != nil {
 		return b
@@ -1857,9 +1861,9 @@ func staleBind(b []byte) []byte {
 	if err != nil {
 		return b
 	}
-	out := make([]byte, 0, len(portal)+len(staleStatement)+2+len(rest))
+	out := make([]byte, 0, len(portal)+len(stmt)+2+len(rest))
 	out = append(append(out, portal...), 0)
-	out = append(append(out, staleStatement...), 0)
+	out = append(append(out, stmt...), 0)
 	return append(out, rest...)
 }
 
