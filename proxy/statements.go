@@ -801,14 +801,23 @@ func (ss *session) mayExitFailedTx(b *batch, i int) bool {
 				continue
 			}
 			if n, q, err := parseNames(b.body(b.msgs[k])); err == nil && n == stmt {
-				return exitsFailedTx(q)
+				return mayExitText(q)
 			}
 		}
 		text, ok := ss.statementText(stmt)
-		return !ok || exitsFailedTx(text)
+		return !ok || mayExitText(text)
 	}
 	pe, ok := ss.client.exitPortals[portal]
 	return !ok || pe.exit
+}
+
+// mayExitText reports whether a statement text may end a failed
+// transaction: a COMMIT, ROLLBACK or the like (exitsFailedTx), or a text
+// that starts with a comment, which the first word does not tell (a hint
+// before a ROLLBACK).
+func mayExitText(q string) bool {
+	q = strings.TrimSpace(q)
+	return strings.HasPrefix(q, "/*") || strings.HasPrefix(q, "--") || exitsFailedTx(q)
 }
 
 // portalExit is what session.exitPortals knows of a portal: whether its
@@ -1486,7 +1495,7 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 					ss.client.exitPortals = map[string]portalExit{}
 				}
 				text, ok := ss.statementText(stmt)
-				ss.client.exitPortals[portal] = portalExit{exit: !ok || exitsFailedTx(text), seq: ss.unitSeqNow()}
+				ss.client.exitPortals[portal] = portalExit{exit: !ok || mayExitText(text), seq: ss.unitSeqNow()}
 			}
 		}
 		// The statement it uses was prepared ahead (injectStatements):

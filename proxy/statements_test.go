@@ -27,3 +27,28 @@ func TestPlanned(t *testing.T) {
 		}
 	}
 }
+
+// A stand-in may serve after an Execute only if that Execute cannot end
+// the failed transaction (injectStatements): a text may end it if it is a
+// transaction exit or starts with a comment (a hint before a ROLLBACK).
+func TestMayExitText(t *testing.T) {
+	for q, want := range map[string]bool{
+		"rollback":                               true,
+		"  ROLLBACK TO SAVEPOINT a ":             true,
+		"commit;":                                true,
+		"end":                                    true,
+		"abort":                                  true,
+		"prepare transaction 'x'":                true,
+		"/* pg-kinetic: primary */ rollback":     true,
+		"-- why\nrollback":                       true,
+		"/* pg-kinetic: primary */ select 1":     true, // (not known without a parser: may)
+		"release savepoint x1":                   false,
+		"select 1":                               false,
+		"update t set v = v || '+' where k <= 1": false,
+		"":                                       false,
+	} {
+		if got := mayExitText(q); got != want {
+			t.Errorf("mayExitText(%q) = %v, want %v", q, got, want)
+		}
+	}
+}
