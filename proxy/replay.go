@@ -244,9 +244,10 @@ func (r *replayLog) open() []replayMsg {
 // the client's own Binds. A Bind of a statement the part Closed by name
 // since (the portal outlives it, as on the server), or whose name holds
 // another statement now, is bound from the unnamed statement, Parsed with
-// that statement's text; one whose text is not known, or of an unnamed
-// statement not known, is not replayed (nor is the log's rest: the
-// portals stay behind). An unnamed statement is Parsed again as it was at
+// that statement's text; a statement PREPAREd in SQL is prepared again
+// (ensureStatement); one Closed before its Bind and not Parsed again, or
+// an unnamed statement not known, is not replayed (nor is the log's rest:
+// the portals stay behind). An unnamed statement is Parsed again as it was at
 // its Bind.
 func (ss *session) replayPortals(l *link, r *replayLog) error {
 	msgs := r.open()
@@ -258,7 +259,7 @@ func (ss *session) replayPortals(l *link, r *replayLog) error {
 			continue
 		}
 		stmt, err := bindStatement(m.body)
-		if err != nil || stmt == "" && m.unnamed == "" || stmt != "" && m.parse == "" {
+		if err != nil || stmt == "" && m.unnamed == "" || stmt != "" && m.parse == "" && r.closed[stmt] {
 			return nil
 		}
 	}
@@ -269,7 +270,7 @@ func (ss *session) replayPortals(l *link, r *replayLog) error {
 		switch m.typ {
 		case 'B':
 			stmt, _ := bindStatement(m.body)
-			if stmt != "" && ss.client.stmts[stmt].parse != m.parse {
+			if stmt != "" && m.parse != "" && ss.client.stmts[stmt].parse != m.parse {
 				// Closed since, or another statement under the name now:
 				// the portal is bound from the unnamed statement with the
 				// text it had.

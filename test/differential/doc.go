@@ -319,6 +319,11 @@
 //     harness's: 4824126268394001096's without a Describe
 //     (7572398058732295921); the runner now follows the unnamed statement
 //     by the answers (above).
+//   - 313131 (same session, on 5967951): 0 / 1 / 0 / 1, one class, a
+//     regression of 36ace0d: a moved unit's portal bound from a
+//     SQL-PREPAREd statement was not bound again on the primary (34000;
+//     10606531178692132101, fails alone every time; fixed, a regression
+//     seed).
 //
 // Open after them: in a pipeline whose first batch fails, the PREPARE a
 // later Parse of a SQL-PREPAREd name needs is replayed at the start of
