@@ -9,9 +9,11 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -237,10 +239,30 @@ func stopStreaming(t *testing.T, ctx context.Context, s *pgtest.Server) {
 	if err := s.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
 		t.Fatal(err)
 	}
-	awaitCond(t, 10*time.Second, s.Name+"'s WAL receiver to stop", func() (bool, error) {
+	stopped := func() (bool, error) {
 		n, err := s.QueryString(ctx, "select count(*) from pg_stat_wal_receiver")
 		return n == "0", err
-	})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if ok, _ := stopped(); ok {
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	// The startup process stops its WAL receiver after a reload only when
+	// it next waits for WAL; once in CI it did not within 10 s. Say what
+	// the standby was doing, then stop the receiver the way an operator
+	// would: SIGTERM (it is not restarted while primary_conninfo is empty).
+	state, _ := s.QueryString(ctx, "select coalesce(string_agg(backend_type || ':' || coalesce(wait_event_type, '') || '/' || coalesce(wait_event, '') || ':' || coalesce(state, ''), ', '), '') from pg_stat_activity")
+	recv, _ := s.QueryString(ctx, "select coalesce(string_agg(pid || ' ' || status, ', '), '') from pg_stat_wal_receiver")
+	t.Logf("%s's WAL receiver still runs 5 s after primary_conninfo was emptied: receiver %q; processes %s; sending it SIGTERM", s.Name, recv, state)
+	if pid, err := s.QueryString(ctx, "select pid from pg_stat_wal_receiver"); err == nil && pid != "" {
+		if n, err := strconv.Atoi(pid); err == nil {
+			_ = syscall.Kill(n, syscall.SIGTERM)
+		}
+	}
+	awaitCond(t, 10*time.Second, s.Name+"'s WAL receiver to stop", stopped)
 }
 
 // TestFailoverTokensAcrossTimelines (issue 14 items 3 and 4): after a
