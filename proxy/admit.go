@@ -60,9 +60,9 @@ func (s *Server) newSession(nc net.Conn) *session {
 		r:         readerPool.Get().(*bufio.Reader),
 		w:         writerPool.Get().(*bufio.Writer),
 		cfg:       s.opts.Config.Load(),
-		tx:        'I',
 		connected: time.Now(),
 	}
+	ss.mu.tx = 'I'
 	ss.r.Reset(nc)
 	ss.w.Reset(nc)
 	// WithLazy: the fields are encoded when the session first logs, so a
@@ -293,7 +293,7 @@ func (ss *session) readStartup(body []byte) error {
 			ss.queryClass = st.value
 		case strings.HasPrefix(name, "pg_kinetic."):
 		default:
-			ss.startup = append(ss.startup, st)
+			ss.mu.startup = append(ss.mu.startup, st)
 		}
 	}
 	return nil

@@ -59,13 +59,13 @@ func (ss *session) noteSeenLocked(addr string) {
 			s.started = v.StartedAt
 		}
 	}
-	for i := range ss.fresh.seen {
-		if ss.fresh.seen[i].addr == addr && ss.fresh.seen[i].started.Equal(s.started) {
-			ss.fresh.seen[i].at = s.at // a later read: a later probe bounds both
+	for i := range ss.mu.fresh.seen {
+		if ss.mu.fresh.seen[i].addr == addr && ss.mu.fresh.seen[i].started.Equal(s.started) {
+			ss.mu.fresh.seen[i].at = s.at // a later read: a later probe bounds both
 			return
 		}
 	}
-	ss.fresh.seen = append(ss.fresh.seen, s)
+	ss.mu.fresh.seen = append(ss.mu.fresh.seen, s)
 }
 
 // boundSeenLocked raises the floor to the replay position probed on each
@@ -73,11 +73,11 @@ func (ss *session) noteSeenLocked(addr string) {
 // (the replica not restarted in between), and forgets those reads.
 // Callers hold ss.mu.
 func (ss *session) boundSeenLocked(snap *health.Snapshot) {
-	if len(ss.fresh.seen) == 0 || snap == nil {
+	if len(ss.mu.fresh.seen) == 0 || snap == nil {
 		return
 	}
-	kept := ss.fresh.seen[:0]
-	for _, s := range ss.fresh.seen {
+	kept := ss.mu.fresh.seen[:0]
+	for _, s := range ss.mu.fresh.seen {
 		v, ok := snap.Get(s.addr)
 		if ok && v.Reachable && v.Err == "" && v.Detected == health.RoleStandby && v.ReplayLSN != 0 &&
 			v.ProbedAt.After(s.at) && !s.started.IsZero() && v.StartedAt.Equal(s.started) {
@@ -86,7 +86,7 @@ func (ss *session) boundSeenLocked(snap *health.Snapshot) {
 		}
 		kept = append(kept, s)
 	}
-	ss.fresh.seen = kept
+	ss.mu.fresh.seen = kept
 }
 
 // restrictToSeenLocked makes a read that needs the floor ineligible on
@@ -96,7 +96,7 @@ func (ss *session) boundSeenLocked(snap *health.Snapshot) {
 // It reports whether it took away the last eligible replica (then a
 // bound from the primary may open the others: boundSeenByPrimary).
 func (ss *session) restrictToSeenLocked(cands []candidate, snap *health.Snapshot) (blocked bool) {
-	if len(ss.fresh.seen) == 0 {
+	if len(ss.mu.fresh.seen) == 0 {
 		return false
 	}
 	before := slices.ContainsFunc(cands, func(c candidate) bool { return c.eligible && c.weight > 0 })
@@ -108,7 +108,7 @@ func (ss *session) restrictToSeenLocked(cands []candidate, snap *health.Snapshot
 		if !c.eligible {
 			continue
 		}
-		for _, s := range ss.fresh.seen {
+		for _, s := range ss.mu.fresh.seen {
 			restarted := false
 			if snap != nil {
 				if v, ok := snap.Get(c.addr); ok && s.addr == c.addr && !v.StartedAt.Equal(s.started) {
@@ -130,7 +130,7 @@ func (ss *session) restrictToSeenLocked(cands []candidate, snap *health.Snapshot
 // did.
 func (ss *session) boundSeenByPrimary() bool {
 	ss.mu.Lock()
-	n := len(ss.fresh.seen)
+	n := len(ss.mu.fresh.seen)
 	ss.mu.Unlock()
 	rd := ss.positionReader()
 	if n == 0 || rd == nil {
@@ -145,13 +145,13 @@ func (ss *session) boundSeenByPrimary() bool {
 	}
 	ss.mu.Lock()
 	ss.raiseFloorLocked(tok)
-	kept := ss.fresh.seen[:0]
-	for _, s := range ss.fresh.seen {
+	kept := ss.mu.fresh.seen[:0]
+	for _, s := range ss.mu.fresh.seen {
 		if s.at.After(asked) { // noted meanwhile: not covered
 			kept = append(kept, s)
 		}
 	}
-	ss.fresh.seen = kept
+	ss.mu.fresh.seen = kept
 	ss.mu.Unlock()
 	return true
 }
@@ -169,7 +169,7 @@ func (ss *session) hurrySeen(req freshness.Requirement) {
 		return
 	}
 	ss.mu.Lock()
-	for _, s := range ss.fresh.seen {
+	for _, s := range ss.mu.fresh.seen {
 		checker.Hurry(s.addr)
 	}
 	ss.mu.Unlock()
@@ -208,7 +208,7 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (changed bool) {
 	}
 	ask := map[string]bool{}
 	ss.mu.Lock()
-	for _, s := range ss.fresh.seen {
+	for _, s := range ss.mu.fresh.seen {
 		ask[s.addr] = true
 	}
 	ss.mu.Unlock()
@@ -255,8 +255,8 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (changed bool) {
 			changed = true
 		}
 		ss.mu.Lock()
-		kept := ss.fresh.seen[:0]
-		for _, s := range ss.fresh.seen {
+		kept := ss.mu.fresh.seen[:0]
+		for _, s := range ss.mu.fresh.seen {
 			if s.addr == a.addr && s.at.Before(asked) && !s.started.IsZero() && s.started.Equal(started) {
 				ss.raiseFloorLocked(a.tok)
 				changed = true
@@ -264,7 +264,7 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (changed bool) {
 			}
 			kept = append(kept, s)
 		}
-		ss.fresh.seen = kept
+		ss.mu.fresh.seen = kept
 		ss.mu.Unlock()
 	}
 	return changed

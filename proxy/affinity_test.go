@@ -20,7 +20,8 @@ func TestSeenReadsBoundAndRestrict(t *testing.T) {
 	const a, b = "a:5432", "b:5432"
 	started := time.Unix(1764547200, 0)
 	newSession := func() *session {
-		ss := &session{tx: 'I', log: zap.NewNop()}
+		ss := &session{log: zap.NewNop()}
+		ss.mu.tx = 'I'
 		ss.initWaits()
 		return ss
 	}
@@ -36,10 +37,10 @@ func TestSeenReadsBoundAndRestrict(t *testing.T) {
 	}
 
 	ss := newSession()
-	ss.fresh.seen = []seenRead{{addr: a, at: readAt, started: started}}
+	ss.mu.fresh.seen = []seenRead{{addr: a, at: readAt, started: started}}
 	before := health.NewSnapshot(standby(a, readAt.Add(-time.Millisecond), 500, started), standby(b, readAt, 900, started))
-	if ss.boundSeenLocked(before); !ss.fresh.floor.IsZero() || len(ss.fresh.seen) != 1 {
-		t.Fatalf("a probe begun before the read bounded it: floor %v, seen %v", ss.fresh.floor, ss.fresh.seen)
+	if ss.boundSeenLocked(before); !ss.mu.fresh.floor.IsZero() || len(ss.mu.fresh.seen) != 1 {
+		t.Fatalf("a probe begun before the read bounded it: floor %v, seen %v", ss.mu.fresh.floor, ss.mu.fresh.seen)
 	}
 	c := cands()
 	if blocked := ss.restrictToSeenLocked(c, before); blocked || !c[0].eligible || c[1].eligible || c[1].reason != reasonReadYourWrites {
@@ -47,8 +48,8 @@ func TestSeenReadsBoundAndRestrict(t *testing.T) {
 	}
 
 	restarted := health.NewSnapshot(standby(a, readAt.Add(time.Millisecond), 100, started.Add(time.Minute)), standby(b, readAt, 900, started))
-	if ss.boundSeenLocked(restarted); !ss.fresh.floor.IsZero() || len(ss.fresh.seen) != 1 {
-		t.Fatalf("a probe of A after its restart bounded the read: floor %v, seen %v", ss.fresh.floor, ss.fresh.seen)
+	if ss.boundSeenLocked(restarted); !ss.mu.fresh.floor.IsZero() || len(ss.mu.fresh.seen) != 1 {
+		t.Fatalf("a probe of A after its restart bounded the read: floor %v, seen %v", ss.mu.fresh.floor, ss.mu.fresh.seen)
 	}
 	c = cands()
 	if blocked := ss.restrictToSeenLocked(c, restarted); c[0].eligible || c[1].eligible || !blocked {
@@ -56,8 +57,8 @@ func TestSeenReadsBoundAndRestrict(t *testing.T) {
 	}
 
 	after := health.NewSnapshot(standby(a, readAt.Add(time.Millisecond), 700, started), standby(b, readAt, 900, started))
-	if ss.boundSeenLocked(after); ss.fresh.floor != (freshness.Token{Timeline: 1, LSN: 700}) || len(ss.fresh.seen) != 0 {
-		t.Fatalf("a probe begun after the read: seen %v, floor %v; want none, 1/700", ss.fresh.seen, ss.fresh.floor)
+	if ss.boundSeenLocked(after); ss.mu.fresh.floor != (freshness.Token{Timeline: 1, LSN: 700}) || len(ss.mu.fresh.seen) != 0 {
+		t.Fatalf("a probe begun after the read: seen %v, floor %v; want none, 1/700", ss.mu.fresh.seen, ss.mu.fresh.floor)
 	}
 	c = cands()
 	if ss.restrictToSeenLocked(c, after); !c[0].eligible || !c[1].eligible {

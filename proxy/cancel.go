@@ -57,18 +57,18 @@ func (s *Server) cancel(k cancelKey) {
 func (ss *session) cancelRunning(timedOut time.Time) {
 	s := ss.srv
 	ss.mu.Lock()
-	l := ss.cur
+	l := ss.mu.cur
 	if l == nil {
-		l = ss.primary
+		l = ss.mu.primary
 	}
-	stale := !timedOut.IsZero() && (ss.pending == 0 || !ss.tmo.unitAt.Equal(timedOut))
+	stale := !timedOut.IsZero() && (ss.mu.pending == 0 || !ss.mu.tmo.unitAt.Equal(timedOut))
 	idle := l == nil || stale || ss.txPool && ss.idleLocked()
-	if timedOut.IsZero() && ss.queueCancel != nil && (idle || l.batches == l.rfqs && !(l == ss.cur && ss.unsynced)) {
+	if timedOut.IsZero() && ss.mu.queueCancel != nil && (idle || l.batches == l.rfqs && !(l == ss.mu.cur && ss.mu.unsynced)) {
 		// Nothing runs, and the unit the client waits on waits for a
 		// server connection: it fails with 57014 and never runs (as
 		// PostgreSQL would have cancelled it running), instead of
 		// running later for a client that gave up on it.
-		ss.queueCancel(errQueuedCancel)
+		ss.mu.queueCancel(errQueuedCancel)
 		ss.mu.Unlock()
 		return
 	}
@@ -116,11 +116,11 @@ func (ss *session) acquireConn(p *pool.Pool) (*pool.Conn, error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	ss.mu.Lock()
-	ss.queueCancel = cancel
+	ss.mu.queueCancel = cancel
 	ss.mu.Unlock()
 	c, err := p.Acquire(ctx)
 	ss.mu.Lock()
-	ss.queueCancel = nil
+	ss.mu.queueCancel = nil
 	ss.mu.Unlock()
 	if err != nil && errors.Is(context.Cause(ctx), errQueuedCancel) {
 		return nil, errQueuedCancel

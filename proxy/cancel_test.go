@@ -23,16 +23,17 @@ func TestCancelRunningQueued(t *testing.T) {
 		{name: "query_timeout_ms", timedOut: time.Unix(1, 0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ss := &session{tx: 'I', txPool: true, log: zap.NewNop(), srv: &Server{}}
+			ss := &session{txPool: true, log: zap.NewNop(), srv: &Server{}}
+			ss.mu.tx = 'I'
 			if tc.running {
 				// Released: the claim (and the cancel it would send) is
 				// refused, which this test does not look at.
-				ss.cur = &link{batches: 1, released: true}
-				ss.pending = 1
+				ss.mu.cur = &link{batches: 1, released: true}
+				ss.mu.pending = 1
 			}
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
-			ss.queueCancel = cancel
+			ss.mu.queueCancel = cancel
 			ss.cancelRunning(tc.timedOut)
 			got := errors.Is(context.Cause(ctx), errQueuedCancel)
 			if got != tc.want {

@@ -18,7 +18,8 @@ import (
 // while a replica restarted.
 func TestCaptureAccounting(t *testing.T) {
 	newSession := func() *session {
-		ss := &session{tx: 'I', log: zap.NewNop()}
+		ss := &session{log: zap.NewNop()}
+		ss.mu.tx = 'I'
 		ss.initWaits()
 		return ss
 	}
@@ -28,7 +29,7 @@ func TestCaptureAccounting(t *testing.T) {
 	captures := func(ss *session) int {
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
-		return ss.fresh.captures
+		return ss.mu.fresh.captures
 	}
 
 	t.Run("a position due after a unit whose link fails", func(t *testing.T) {
@@ -48,7 +49,7 @@ func TestCaptureAccounting(t *testing.T) {
 	t.Run("a position due inside a transaction block is not read", func(t *testing.T) {
 		ss, l := newSession(), newReplicaLink()
 		ss.mu.Lock()
-		ss.pending = 1
+		ss.mu.pending = 1
 		ss.positionAfterLocked(l, 1, captureWrite)
 		ss.mu.Unlock()
 		ss.readyForQuery(l, 'T')
@@ -60,7 +61,7 @@ func TestCaptureAccounting(t *testing.T) {
 	t.Run("no reader: the position is owed", func(t *testing.T) {
 		ss, l := newSession(), newReplicaLink()
 		ss.mu.Lock()
-		ss.pending = 1
+		ss.mu.pending = 1
 		ss.positionAfterLocked(l, 1, captureWrite)
 		ss.mu.Unlock()
 		ss.readyForQuery(l, 'I')
@@ -72,7 +73,7 @@ func TestCaptureAccounting(t *testing.T) {
 	t.Run("a replica read is noted as seen, nothing counted", func(t *testing.T) {
 		ss, l := newSession(), newReplicaLink()
 		ss.mu.Lock()
-		ss.pending = 1
+		ss.mu.pending = 1
 		ss.seenAfterLocked(l, 1)
 		ss.mu.Unlock()
 		if n := captures(ss); n != 0 {
@@ -80,7 +81,7 @@ func TestCaptureAccounting(t *testing.T) {
 		}
 		ss.readyForQuery(l, 'I')
 		ss.mu.Lock()
-		seen := len(ss.fresh.seen)
+		seen := len(ss.mu.fresh.seen)
 		ss.mu.Unlock()
 		if seen != 1 {
 			t.Fatalf("%d unbounded replica reads after its ReadyForQuery, want 1", seen)
@@ -91,7 +92,7 @@ func TestCaptureAccounting(t *testing.T) {
 		defer func(d time.Duration) { captureWait = d }(captureWait)
 		captureWait = 50 * time.Millisecond
 		ss := newSession()
-		ss.fresh.captures = 1 // counted, and nothing will ever answer it
+		ss.mu.fresh.captures = 1 // counted, and nothing will ever answer it
 		if ss.waitCaptures() {
 			t.Fatal("waitCaptures = true with a query never answered")
 		}
@@ -99,14 +100,14 @@ func TestCaptureAccounting(t *testing.T) {
 
 	t.Run("an answered position ends the wait", func(t *testing.T) {
 		ss := newSession()
-		ss.fresh.captures = 1
+		ss.mu.fresh.captures = 1
 		// (A read's position: a write's would also tell the client.)
 		go ss.applyPosition(captureRead, freshness.Token{Timeline: 1, LSN: 42}, true, false, 0, 1)
 		if !ss.waitCaptures() {
 			t.Fatal("waitCaptures = false after the position arrived")
 		}
-		if ss.fresh.floor.LSN != 42 || ss.owesCapture() {
-			t.Fatalf("floor %v, debt %v; want 0/2A and none", ss.fresh.floor, ss.owesCapture())
+		if ss.mu.fresh.floor.LSN != 42 || ss.owesCapture() {
+			t.Fatalf("floor %v, debt %v; want 0/2A and none", ss.mu.fresh.floor, ss.owesCapture())
 		}
 	})
 }
@@ -117,16 +118,17 @@ func TestCaptureAccounting(t *testing.T) {
 // write was lost in a failover drill and never reported).
 func TestUnsureWrite(t *testing.T) {
 	newSession := func() (*session, *link) {
-		ss := &session{tx: 'I', log: zap.NewNop(), w: bufio.NewWriter(io.Discard), route: planRoute("session_write_lsn", 0)}
+		ss := &session{log: zap.NewNop(), w: bufio.NewWriter(io.Discard), route: planRoute("session_write_lsn", 0)}
+		ss.mu.tx = 'I'
 		ss.initWaits()
-		ss.fresh.token = freshness.Token{Timeline: 1, LSN: 100}
+		ss.mu.fresh.token = freshness.Token{Timeline: 1, LSN: 100}
 		l := newLink(&pool.Conn{Addr: "primary:5432", W: bufio.NewWriter(io.Discard)}, nil, false, true)
 		return ss, l
 	}
 	state := func(ss *session) (unsureWrite, freshness.Token) {
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
-		return ss.fresh.unsure, ss.fresh.token
+		return ss.mu.fresh.unsure, ss.mu.fresh.token
 	}
 	at := func(tli uint32, lsn uint64) freshness.Token {
 		return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}
@@ -134,7 +136,7 @@ func TestUnsureWrite(t *testing.T) {
 	// counted sets the position queries in flight and the requests made.
 	counted := func(ss *session, captures int, requests uint64) {
 		ss.mu.Lock()
-		ss.fresh.captures, ss.fresh.requests = captures, requests
+		ss.mu.fresh.captures, ss.mu.fresh.requests = captures, requests
 		ss.mu.Unlock()
 	}
 
@@ -194,8 +196,8 @@ func TestUnsureWrite(t *testing.T) {
 		ss.mu.Lock()
 		ss.oweCaptureLocked() // the first COPY
 		ss.markUnsureLocked(1)
-		ss.fresh.captures, ss.fresh.requests = 1, 4 // payCaptureDebt's request
-		ss.oweCaptureLocked()                       // the second COPY, written before the answer
+		ss.mu.fresh.captures, ss.mu.fresh.requests = 1, 4 // payCaptureDebt's request
+		ss.oweCaptureLocked()                             // the second COPY, written before the answer
 		ss.markUnsureLocked(1)
 		ss.mu.Unlock()
 		ss.applyPosition(captureWrite, at(1, 300), true, true, 1, 4)
@@ -226,7 +228,7 @@ func TestUnsureWrite(t *testing.T) {
 		ss.applyPosition(captureWrite, at(2, 900), true, false, 2, 1)
 		ss.applyPosition(captureWrite, at(2, 950), true, false, 2, 2)
 		ss.mu.Lock()
-		prior, tok := ss.fresh.prior, ss.fresh.token
+		prior, tok := ss.mu.fresh.prior, ss.mu.fresh.token
 		ss.mu.Unlock()
 		if prior != at(1, 100) || tok != at(2, 950) {
 			t.Fatalf("prior %v, token %v; want 1:0/64 kept and the token 2:0/3B6", prior, tok)

@@ -66,10 +66,10 @@ func (ss *session) connect() error {
 	if err != nil {
 		return err
 	}
-	ss.settingsKey = settingsQuery(ss.startup)
+	ss.mu.settingsKey = settingsQuery(ss.mu.startup)
 	st := stateOf(srv)
-	if st.settings != ss.settingsKey {
-		q := ss.settingsKey
+	if st.settings != ss.mu.settingsKey {
+		q := ss.mu.settingsKey
 		if st.settings != "" {
 			q = "RESET ALL; " + q
 		}
@@ -82,17 +82,17 @@ func (ss *session) connect() error {
 			ss.releaseServer(srv, p, false)
 			return err
 		}
-		st.settings = ss.settingsKey
+		st.settings = ss.mu.settingsKey
 	}
 	ss.client.stmts = map[string]stmtInfo{}
 	ss.client.sqlPrepared = map[string]sqlPrep{}
 	// Under mu: the Server reaches sessions still starting up (drain,
 	// abandonReads), and reads these under mu.
 	ss.mu.Lock()
-	ss.routeName = route.Name // (PAUSE reads it from the admin console's goroutine)
-	ss.replicas = map[string]*link{}
+	ss.mu.routeName = route.Name // (PAUSE reads it from the admin console's goroutine)
+	ss.mu.replicas = map[string]*link{}
 	ss.initWaits()
-	ss.started = true
+	ss.mu.started = true
 	ss.mu.Unlock()
 	if r := ss.srv.routing.Load().route(route.Name); r != nil {
 		ss.classifier = r.classifier
@@ -116,7 +116,7 @@ func (ss *session) connect() error {
 		ss.releaseServer(srv, p, true)
 		pid = proxyPID()
 	} else {
-		ss.primary = newLink(srv, p, false, false)
+		ss.mu.primary = newLink(srv, p, false, false)
 	}
 	ss.key = ss.srv.registerCancelKey(ss, pid)
 
@@ -133,8 +133,8 @@ func (ss *session) connect() error {
 	for _, k := range names {
 		msgs = append(msgs, &pgproto3.ParameterStatus{Name: k, Value: params[k]})
 	}
-	ss.startupVals = make(map[string]string, len(ss.startup))
-	for _, st := range ss.startup {
+	ss.startupVals = make(map[string]string, len(ss.mu.startup))
+	for _, st := range ss.mu.startup {
 		ss.startupVals[strings.ToLower(st.name)] = st.value
 	}
 	ss.wmu.Lock()
@@ -389,19 +389,19 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 func (ss *session) primaryLink() (*link, error) {
 	addr, why := ss.primaryAddr()
 	ss.mu.Lock()
-	l := ss.primary
+	l := ss.mu.primary
 	// A reload repointed the route (a switchover), or a failover elected
 	// another primary, while the session holds its old primary's
 	// connection: with nothing running there and no state of the
 	// session's own on it (not pinned), it moves.
 	live := l != nil && !l.released && !l.dead
-	moved := live && l.addr != addr && ss.idleLocked() && ss.pinned == ""
+	moved := live && l.addr != addr && ss.idleLocked() && ss.mu.pinned == ""
 	if live && l.addr != addr && !moved {
 		// Its transaction, or the state it is pinned by, is on a server
 		// that is no longer the primary: no write may go there (SPEC §7;
 		// the seeds: "primary changes during transaction: fail the
 		// pinned transaction").
-		pinned := ss.pinned
+		pinned := ss.mu.pinned
 		ss.mu.Unlock()
 		now := addr
 		if now == "" {
@@ -462,10 +462,10 @@ func (ss *session) primaryLink() (*link, error) {
 	}
 	nl := newLink(c, p, false, true)
 	ss.mu.Lock()
-	if l != nil && ss.cur == l {
-		ss.cur = nil
+	if l != nil && ss.mu.cur == l {
+		ss.mu.cur = nil
 	}
-	ss.primary = nl
+	ss.mu.primary = nl
 	ss.mu.Unlock()
 	ss.attach(nl)
 	if l != nil {

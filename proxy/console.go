@@ -225,15 +225,15 @@ func (c consoleSource) Clients() []admin.ClientRow {
 		ss.mu.Lock()
 		row := admin.ClientRow{ID: ss.id, User: ss.user, Database: ss.database, Addr: ss.conn.RemoteAddr().String(),
 			LastRoute: ss.lastRouteText(), ConnectedAt: ss.connected, State: "idle"}
-		if ss.pending > 0 {
+		if ss.mu.pending > 0 {
 			row.State = "active"
-		} else if ss.tx != 'I' {
+		} else if ss.mu.tx != 'I' {
 			row.State = "idle in transaction"
 		}
-		if ss.cur != nil {
-			row.Server = ss.cur.addr
-		} else if ss.primary != nil {
-			row.Server = ss.primary.addr
+		if ss.mu.cur != nil {
+			row.Server = ss.mu.cur.addr
+		} else if ss.mu.primary != nil {
+			row.Server = ss.mu.primary.addr
 		}
 		ss.mu.Unlock()
 		out = append(out, row)

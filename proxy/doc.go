@@ -49,7 +49,11 @@
 // in one goroutine that reads the client and writes the server, plus one
 // goroutine per attached server connection that reads the server and writes
 // the client; both are owned by the session and joined before it ends.
-// Serve owns the session goroutines; Shutdown drains them.
+// Serve owns the session goroutines; Shutdown drains them. A session's
+// fields outside its mu are the session goroutine's; those the server
+// readers, timers, Shutdown, PAUSE, cancels and the admin console also use
+// are grouped in session.mu (lock order: session.wmu, then session.mu;
+// see the session type).
 //
 // Errors seen by clients are PostgreSQL ErrorResponses with the SQLSTATE
 // PostgreSQL itself would use (08P01 protocol violation, 28P01 bad password,

@@ -100,14 +100,14 @@ func (s *Server) snapshotOf(name string) *health.Snapshot {
 // if any, has been told.
 func (ss *session) lostWrite(to *freshness.Token) {
 	ss.mu.Lock()
-	lost := ss.fresh.token
-	ss.fresh.unsure, ss.fresh.prior = unsureWrite{}, freshness.Token{}
+	lost := ss.mu.fresh.token
+	ss.mu.fresh.unsure, ss.mu.fresh.prior = unsureWrite{}, freshness.Token{}
 	now := lost
 	if to != nil {
 		now = *to
-		ss.fresh.token = now
-		if ss.fresh.floor.Timeline != 0 && ss.fresh.floor.Timeline < now.Timeline {
-			ss.fresh.floor = now
+		ss.mu.fresh.token = now
+		if ss.mu.fresh.floor.Timeline != 0 && ss.mu.fresh.floor.Timeline < now.Timeline {
+			ss.mu.fresh.floor = now
 		}
 	}
 	ss.mu.Unlock()

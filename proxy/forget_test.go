@@ -17,7 +17,8 @@ import (
 // evicted ones (pgx) grew kineticd's live heap by about 1 MiB a minute in
 // the soak, 1,000 such clients keeping up to maxInferred entries each.
 func TestClosedStatementsForgetTheirBodies(t *testing.T) {
-	ss := &session{tx: 'I', log: zap.NewNop()}
+	ss := &session{log: zap.NewNop()}
+	ss.mu.tx = 'I'
 	ss.initWaits()
 	l := newLink(&pool.Conn{Addr: "primary:5432", W: bufio.NewWriter(io.Discard)}, nil, false, true)
 	body := func(name, query string) string {
@@ -34,8 +35,8 @@ func TestClosedStatementsForgetTheirBodies(t *testing.T) {
 		"c": {query: "select 2", parse: two},
 	}
 	ss.client.unnamed = stmtInfo{query: "select 3", parse: body("", "select 3")}
-	ss.inferred = map[string][]uint32{one: {23}, two: {25}, ss.client.unnamed.parse: {20}}
-	ss.shapes = map[string]string{one: "s1", two: "s2", ss.client.unnamed.parse: "s3"}
+	ss.mu.inferred = map[string][]uint32{one: {23}, two: {25}, ss.client.unnamed.parse: {20}}
+	ss.mu.shapes = map[string]string{one: "s1", two: "s2", ss.client.unnamed.parse: "s3"}
 	closeStmt := func(name string) {
 		t.Helper()
 		b, err := (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(nil)
@@ -49,8 +50,8 @@ func TestClosedStatementsForgetTheirBodies(t *testing.T) {
 	held := func(parse string) (bool, bool) {
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
-		_, inf := ss.inferred[parse]
-		_, sh := ss.shapes[parse]
+		_, inf := ss.mu.inferred[parse]
+		_, sh := ss.mu.shapes[parse]
 		return inf, sh
 	}
 

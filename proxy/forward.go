@@ -93,8 +93,8 @@ func (b *batch) reset() {
 // connection to its pool when provably idle, and closes it otherwise.
 func (ss *session) serve() {
 	ss.startIdleIO()
-	if ss.primary != nil {
-		ss.attach(ss.primary)
+	if ss.mu.primary != nil {
+		ss.attach(ss.mu.primary)
 	}
 	ss.finish(ss.relayContained())
 }
@@ -108,10 +108,10 @@ func (ss *session) finish(atBoundary bool, err error) {
 	}
 	ss.mu.Lock()
 	var links []*link
-	if ss.primary != nil {
-		links = append(links, ss.primary)
+	if ss.mu.primary != nil {
+		links = append(links, ss.mu.primary)
 	}
-	for _, l := range ss.replicas {
+	for _, l := range ss.mu.replicas {
 		links = append(links, l)
 	}
 	ss.mu.Unlock()
@@ -409,9 +409,9 @@ func (ss *session) serverFixed() bool {
 	switch {
 	case ss.routingMode() == config.RoutingOff:
 		return true
-	case ss.tx != 'I' && ss.cur != nil && !ss.cur.dead && !ss.cur.released:
+	case ss.mu.tx != 'I' && ss.mu.cur != nil && !ss.mu.cur.dead && !ss.mu.cur.released:
 		return true
-	case ss.pinned != "" && ss.primary != nil && !ss.primary.dead:
+	case ss.mu.pinned != "" && ss.mu.primary != nil && !ss.mu.primary.dead:
 		return true
 	}
 	return false
@@ -471,16 +471,16 @@ func (ss *session) endStream(l *link, typ byte) error {
 func (ss *session) txStatus() byte {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.tx
+	return ss.mu.tx
 }
 
 func (ss *session) curLink() *link {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if ss.cur != nil {
-		return ss.cur
+	if ss.mu.cur != nil {
+		return ss.mu.cur
 	}
-	return ss.primary
+	return ss.mu.primary
 }
 
 // flushHeld sends what the client's earlier messages left in the write
@@ -493,7 +493,7 @@ func (ss *session) curLink() *link {
 //
 // Only the connection those writes went to (ss.unflushed) is flushed: it
 // cannot have gone back to its pool meanwhile (the server has not seen the
-// rest of the unit, so it cannot have answered it), where ss.cur, in
+// rest of the unit, so it cannot have answered it), where ss.mu.cur, in
 // transaction pooling, may already be another session's.
 func (ss *session) flushHeld() error {
 	l := ss.unflushed
@@ -628,7 +628,7 @@ func (ss *session) replicaTxEndSplit(b *batch) int {
 		return 0
 	}
 	ss.mu.Lock()
-	onReplica := ss.tx != 'I' && ss.cur != nil && ss.cur.replica && !ss.cur.dead
+	onReplica := ss.mu.tx != 'I' && ss.mu.cur != nil && ss.mu.cur.replica && !ss.mu.cur.dead
 	ss.mu.Unlock()
 	if !onReplica {
 		return 0
@@ -768,16 +768,16 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 	ss.mu.Lock()
 	l.swallow[len(l.swallow)-1].keepParams = true // (not flushed yet: unanswered)
 	synced := l.batches                           // l.rfqs reaches it with the Sync's answer
-	ss.unsynced = false
-	ss.tx = 'I' // (a block the unit ended: the Sync leaves the replica idle)
-	if len(ss.effects) > 0 {
+	ss.mu.unsynced = false
+	ss.mu.tx = 'I' // (a block the unit ended: the Sync leaves the replica idle)
+	if len(ss.mu.effects) > 0 {
 		// The Sync committed the replica's part, its SETs too, which the
 		// rest of the unit may still roll back for the client: the
 		// replica's settings are replayed before its next use. The
 		// server the rest runs on lacks them (unitEnded).
 		l.st.settings = settingsUnknown
-		ss.movedEffects = true
-		ss.heldCommitted = committedLast(ss.effects, ss.unitSeq)
+		ss.mu.movedEffects = true
+		ss.heldCommitted = committedLast(ss.mu.effects, ss.mu.unitSeq)
 	}
 	ss.mu.Unlock()
 	ss.stream = nil
@@ -854,37 +854,37 @@ func (ss *session) count(l *link, typ byte) {
 	switch typ {
 	case 'Q', 'F':
 		ss.restOpen = false
-		ss.pending++
+		ss.mu.pending++
 		ss.noteUnitSentLocked() // timeouts.go
-		ss.unitSeq++
-		ss.unitRuns = true
+		ss.mu.unitSeq++
+		ss.mu.unitRuns = true
 		l.batches++
 		l.sent = 0
 		l.executed = false
 	case 'S':
 		ss.restOpen = false
-		ss.pending++
+		ss.mu.pending++
 		ss.noteUnitSentLocked()
-		ss.unitSeq++
-		ss.unitRuns, ss.openRuns = ss.openRuns, false
+		ss.mu.unitSeq++
+		ss.mu.unitRuns, ss.mu.openRuns = ss.mu.openRuns, false
 		l.batches++
 		l.sent = 0
 		l.executed = false
 		l.closes = 0
-		ss.unsynced = false
+		ss.mu.unsynced = false
 	case 'C':
 		l.closes++
 		l.sent++
-		ss.unsynced = true
+		ss.mu.unsynced = true
 	case 'P', 'B', 'E', 'D':
 		l.sent++
-		ss.unsynced = true
+		ss.mu.unsynced = true
 		if typ == 'E' {
 			l.executed = true
-			ss.openRuns = true
+			ss.mu.openRuns = true
 		}
 	}
-	ss.cur = l
+	ss.mu.cur = l
 	if l.parked {
 		ss.readers.Broadcast() // its reader waits at an idle point: more is coming
 	}
@@ -931,7 +931,7 @@ func (ss *session) buffer(l *link, b *batch) error {
 		front.msgs = nil
 	}
 	ss.mu.Lock()
-	ss.midBatch = ss.unsynced // the client's batch is already under way on a server
+	ss.midBatch = ss.mu.unsynced // the client's batch is already under way on a server
 	ss.mu.Unlock()
 	defer func() { ss.midBatch = false }()
 	if err := ss.injectStatements(l, &front); err != nil {
@@ -1078,7 +1078,7 @@ func hasPrefixFold[T string | []byte](q T, w string) bool {
 // replica). Nothing waits when no such Parse is in flight.
 func (ss *session) settleReferences(b *batch) {
 	ss.mu.Lock()
-	l := ss.cur
+	l := ss.mu.cur
 	pending := l != nil && !l.dead && len(l.ops) > 0 && l.claimLocked()
 	ss.mu.Unlock()
 	if !pending {
@@ -1167,7 +1167,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 			p, primaryV = ss.plan(analyzed)
 			if p.priorJudged {
 				ss.mu.Lock()
-				ss.fresh.prior = freshness.Token{}
+				ss.mu.fresh.prior = freshness.Token{}
 				ss.mu.Unlock()
 			}
 			if p.lost != nil || p.unsureTold {
@@ -1322,7 +1322,7 @@ func (ss *session) syncPrimary() bool {
 	}
 	ss.seenTerminations = n
 	ss.mu.Lock()
-	l := ss.primary
+	l := ss.mu.primary
 	if !ss.idleLocked() || !l.claimLocked() {
 		ss.mu.Unlock()
 		return false
@@ -1362,13 +1362,13 @@ func (ss *session) payCaptureDebt() error {
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if ss.pending > 0 && !ss.killed && !(ss.cur != nil && ss.cur.dead) {
+	if ss.mu.pending > 0 && !ss.mu.killed && !(ss.mu.cur != nil && ss.mu.cur.dead) {
 		return nil
 	}
-	ss.fresh.captures++
+	ss.mu.fresh.captures++
 	// An unsure write's timeline: an answer from a later primary pays the
 	// debt but does not name that write (applyPosition).
-	ss.requestPositionLocked(captureWrite, true, ss.fresh.unsure.timeline)
+	ss.requestPositionLocked(captureWrite, true, ss.mu.fresh.unsure.timeline)
 	return nil
 }
 
@@ -1376,7 +1376,7 @@ func (ss *session) payCaptureDebt() error {
 func (ss *session) owesCapture() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.fresh.captureDebt
+	return ss.mu.fresh.captureDebt
 }
 
 // linkDead reports whether l's reader has ended on a failure.
@@ -1409,7 +1409,7 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 			}
 		}
 		ss.mu.Lock()
-		ss.restored = true
+		ss.mu.restored = true
 		ss.mu.Unlock()
 	}
 	if open || !ss.freshnessOn() {
@@ -1425,7 +1425,7 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 		return nil
 	}
 	ss.mu.Lock()
-	inTx := ss.tx != 'I' && !u.txEnd
+	inTx := ss.mu.tx != 'I' && !u.txEnd
 	if !l.replica && (!inTx || u.txEnd) {
 		kind := byte(captureWrite)
 		if u.read {
@@ -1459,7 +1459,7 @@ func countSyncs(b *batch) int {
 func (ss *session) sendUnit(l *link, b *batch, u unitInfo, open bool) error {
 	if !l.replica && ss.mayCommit(u, b) {
 		ss.mu.Lock()
-		ss.commitInFlight = true
+		ss.mu.commitInFlight = true
 		ss.mu.Unlock()
 	}
 	err := ss.buffer(l, b)
@@ -1487,7 +1487,7 @@ func (ss *session) sendUnit(l *link, b *batch, u unitInfo, open bool) error {
 // may run once elsewhere (its counts are taken back).
 func (ss *session) sendRetryable(l *link, b *batch, u unitInfo, open bool) (lost bool, err error) {
 	ss.mu.Lock()
-	ss.awaiting, ss.answered = l, false
+	ss.mu.awaiting, ss.mu.answered = l, false
 	ss.mu.Unlock()
 	l.awaitingFirst.Store(true)
 	err = ss.buffer(l, b)
@@ -1503,18 +1503,18 @@ func (ss *session) sendRetryable(l *link, b *batch, u unitInfo, open bool) (lost
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for !ss.answered && !l.dead && !ss.killed {
+	for !ss.mu.answered && !l.dead && !ss.mu.killed {
 		ss.turn.Wait()
 	}
-	lost = l.dead && !ss.answered && !ss.killed
-	ss.awaiting = nil
+	lost = l.dead && !ss.mu.answered && !ss.mu.killed
+	ss.mu.awaiting = nil
 	l.awaitingFirst.Store(false)
 	if lost {
 		// Its ReadyForQuery will never come; forget what we counted.
-		ss.pending -= countSyncs(b)
-		ss.unitSeq -= uint64(countSyncs(b)) // it runs again elsewhere
-		ss.unsynced = false
-		ss.cur = nil
+		ss.mu.pending -= countSyncs(b)
+		ss.mu.unitSeq -= uint64(countSyncs(b)) // it runs again elsewhere
+		ss.mu.unsynced = false
+		ss.mu.cur = nil
 	}
 	return lost, nil
 }
@@ -1531,7 +1531,7 @@ func (ss *session) mayCommit(u unitInfo, b *batch) bool {
 		return true
 	}
 	ss.mu.Lock()
-	autocommit := ss.tx == 'I' && ss.deferred == ""
+	autocommit := ss.mu.tx == 'I' && ss.deferred == ""
 	ss.mu.Unlock()
 	if !ss.settingsTracked() {
 		if autocommit {
@@ -1564,11 +1564,11 @@ func (ss *session) mayCommit(u unitInfo, b *batch) bool {
 func (ss *session) decideWhenReady(u unitInfo, tried map[string]bool, req freshness.Requirement, fallback string, open bool) (d decision, retryable, killed bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for ss.pending > 0 && !ss.killed && ss.cur != nil && !ss.cur.dead {
+	for ss.mu.pending > 0 && !ss.mu.killed && ss.mu.cur != nil && !ss.mu.cur.dead {
 		s := ss.sessionInfoLocked()
 		s.fallback = fallback
 		d = ss.decideLocked(s, u, tried, req)
-		if d.target != targetRejected && ss.cur == ss.linkFor(d) && (u.read || !ss.cur.replica) && !ss.movedEffects {
+		if d.target != targetRejected && ss.mu.cur == ss.linkFor(d) && (u.read || !ss.mu.cur.replica) && !ss.mu.movedEffects {
 			// Same server: pipelining may continue. (Not a write after
 			// units on a replica: whether a transaction is still open
 			// there is known when they are answered. Nor after a unit
@@ -1578,7 +1578,7 @@ func (ss *session) decideWhenReady(u unitInfo, tried map[string]bool, req freshn
 		}
 		ss.turn.Wait() // results from another server are still arriving
 	}
-	if ss.killed {
+	if ss.mu.killed {
 		return d, false, true
 	}
 	s := ss.sessionInfoLocked()
@@ -1674,7 +1674,7 @@ func (ss *session) plan(u unitInfo) (unitPlan, health.Verdict) {
 			// answered: they move the token.)
 			f.positionAsked, f.positionKnown = true, ss.waitCaptures() && !ss.owesCapture()
 			ss.mu.Lock()
-			f.floor, f.token, f.minLSN, f.unsure, f.prior = ss.fresh.floor, ss.fresh.token, ss.fresh.minLSN, ss.fresh.unsure, ss.fresh.prior
+			f.floor, f.token, f.minLSN, f.unsure, f.prior = ss.mu.fresh.floor, ss.mu.fresh.token, ss.mu.fresh.minLSN, ss.mu.fresh.unsure, ss.mu.fresh.prior
 			ss.mu.Unlock()
 		case needStrict:
 			f.strictAsked = true
@@ -1698,9 +1698,9 @@ func (ss *session) unitFacts(u unitInfo) (unitFacts, health.Verdict) {
 	// write): a lost write is told at once (planUnit).
 	ss.mu.Lock()
 	if f.primaryHistory != nil {
-		f.token, f.prior = ss.fresh.token, ss.fresh.prior
+		f.token, f.prior = ss.mu.fresh.token, ss.mu.fresh.prior
 	}
-	f.unsure = ss.fresh.unsure
+	f.unsure = ss.mu.fresh.unsure
 	ss.mu.Unlock()
 	f.stage, f.rolledBack = ss.srv.rollout.get(ss.route.Name)
 	f.staysPut = (u.read || u.txStart) && ss.staysPut(u)
@@ -1721,7 +1721,7 @@ func (ss *session) unitFacts(u unitInfo) (unitFacts, health.Verdict) {
 func (ss *session) staysPut(u unitInfo) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if ss.pending > 0 {
+	if ss.mu.pending > 0 {
 		return false
 	}
 	s := ss.sessionInfoLocked()
@@ -1733,11 +1733,11 @@ func (ss *session) sessionInfoLocked() sessionInfo {
 	s := sessionInfo{
 		mode:     ss.routingMode(),
 		fallback: ss.route.ReadRouting.FallbackPolicy,
-		inTx:     ss.tx != 'I' && ss.deferred == "",
-		pinned:   ss.pinned,
+		inTx:     ss.mu.tx != 'I' && ss.deferred == "",
+		pinned:   ss.mu.pinned,
 	}
-	if ss.cur != nil && (ss.pending > 0 || s.inTx) {
-		s.cur, s.curReplica = ss.cur.addr, ss.cur.replica
+	if ss.mu.cur != nil && (ss.mu.pending > 0 || s.inTx) {
+		s.cur, s.curReplica = ss.mu.cur.addr, ss.mu.cur.replica
 	}
 	return s
 }
@@ -1759,7 +1759,7 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 		if tl == 0 {
 			tl = req.PrimaryTimeline // (a bare token: the current timeline)
 		}
-		if f := ss.fresh.floor; !f.IsZero() && (req.Floor.IsZero() || f.Timeline == tl && req.Floor.LSN < f.LSN) {
+		if f := ss.mu.fresh.floor; !f.IsZero() && (req.Floor.IsZero() || f.Timeline == tl && req.Floor.LSN < f.LSN) {
 			req.Floor = f
 		}
 	}
@@ -1769,10 +1769,10 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 			cands[i].eligible, cands[i].reason = false, reasonReplicaUnavailable
 		}
 	}
-	ss.fresh.seenBlocked = false
+	ss.mu.fresh.seenBlocked = false
 	if floor {
-		ss.fresh.seenBlocked = ss.restrictToSeenLocked(cands, snap)
-		s.affine = ss.fresh.affine
+		ss.mu.fresh.seenBlocked = ss.restrictToSeenLocked(cands, snap)
+		s.affine = ss.mu.fresh.affine
 	}
 	if ss.deferred != "" && !u.txStart {
 		// A plain BEGIN opened a write-capable transaction.
@@ -1780,9 +1780,9 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 	}
 	d := decide(s, u, cands, rand.Float64())
 	if d.target == targetReplica {
-		ss.fresh.usedReplica = true
+		ss.mu.fresh.usedReplica = true
 		if floor {
-			ss.fresh.affine = d.addr
+			ss.mu.fresh.affine = d.addr
 		}
 	}
 	return d
@@ -1792,9 +1792,9 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 // Callers hold ss.mu.
 func (ss *session) linkFor(d decision) *link {
 	if d.target == targetPrimary {
-		return ss.primary
+		return ss.mu.primary
 	}
-	return ss.replicas[d.addr]
+	return ss.mu.replicas[d.addr]
 }
 
 // analyze classifies a batch's statements into what the router needs.
@@ -1994,15 +1994,15 @@ func (ss *session) recordEffects(ds []*classified) {
 	for _, dec := range ds {
 		for _, st := range dec.Statements {
 			if st.Tx == classify.TxEnd && st.Effect == classify.EffectNone {
-				ss.effects = append(ss.effects, effect{commit: !st.Rollback, rollback: st.Rollback, seq: ss.unitSeq})
+				ss.mu.effects = append(ss.mu.effects, effect{commit: !st.Rollback, rollback: st.Rollback, seq: ss.mu.unitSeq})
 			}
 			switch st.Effect {
 			case classify.EffectPin:
-				ss.pinned = reasonSessionPinned
+				ss.mu.pinned = reasonSessionPinned
 			case classify.EffectSet, classify.EffectDiscardAll:
-				ss.effects = append(ss.effects, effect{kind: st.Effect, setting: st.Setting, seq: ss.unitSeq})
+				ss.mu.effects = append(ss.mu.effects, effect{kind: st.Effect, setting: st.Setting, seq: ss.mu.unitSeq})
 				for _, more := range st.MoreSettings {
-					ss.effects = append(ss.effects, effect{kind: st.Effect, setting: more, seq: ss.unitSeq})
+					ss.mu.effects = append(ss.mu.effects, effect{kind: st.Effect, setting: more, seq: ss.mu.unitSeq})
 				}
 			case classify.EffectPrepare:
 				_, taken := ss.client.sqlPrepared[st.PrepareName]
@@ -2035,16 +2035,16 @@ func (ss *session) recordEffects(ds []*classified) {
 // injected (its responses never reach the client).
 func (ss *session) prepareLink(l *link, ds []*classified) error {
 	ss.mu.Lock()
-	key, dgen := ss.settingsKey, ss.discardGen
+	key, dgen := ss.mu.settingsKey, ss.mu.discardGen
 	st := l.st
 	inUnit := "" // settings to make inside the unit's transaction
-	if ss.movedEffects {
+	if ss.mu.movedEffects {
 		// The rest of a unit whose first part ran on a replica: its SETs
 		// so far must hold here too, in the unit's own transaction (the
 		// implicit one, or the block a BEGIN of the unit opened): a
 		// failure undoes them, and the server reports the undone
 		// values, as directly.
-		if ss.tx != 'I' {
+		if ss.mu.tx != 'I' {
 			// Inside the block the rest opened nothing is replayed:
 			// what the server holds is the block's.
 			key = st.settings
@@ -2144,26 +2144,26 @@ func (ss *session) injectInUnit(l *link, query string, block bool) error {
 // a RESET ALL or DISCARD ALL, which set_config cannot replay inside a
 // block. Callers hold ss.mu.
 func (ss *session) pendingResetsLocked() bool {
-	return slices.ContainsFunc(ss.effects, func(e effect) bool {
-		return e.seq == ss.unitSeq && !e.marker() && (e.kind == classify.EffectDiscardAll || e.kind == classify.EffectSet && e.setting.Reset && e.setting.Name == "")
+	return slices.ContainsFunc(ss.mu.effects, func(e effect) bool {
+		return e.seq == ss.mu.unitSeq && !e.marker() && (e.kind == classify.EffectDiscardAll || e.kind == classify.EffectSet && e.setting.Reset && e.setting.Name == "")
 	})
 }
 
 // unitEnded applies the effects of a unit that reached an idle point.
 // Callers hold ss.mu.
 func (ss *session) unitEnded() {
-	if ss.unitErr && ss.doneSeq > 0 && ss.errDone < ss.doneSeq-1 {
+	if ss.mu.unitErr && ss.mu.doneSeq > 0 && ss.mu.errDone < ss.mu.doneSeq-1 {
 		// The transaction block failed in an earlier unit and ended in
 		// this one, which reached an idle point without an error of its
 		// own: a failed block ends rolled back (COMMIT answers ROLLBACK),
 		// so the earlier units' effects are undone, and what this unit
 		// ran after the block's end (in the same batch) is its own.
-		restored, moved := ss.restored, ss.movedEffects
-		ss.endEffects(ss.doneSeq-1, false)
-		ss.restored, ss.movedEffects = restored, moved
-		ss.unitErr = false
+		restored, moved := ss.mu.restored, ss.mu.movedEffects
+		ss.endEffects(ss.mu.doneSeq-1, false)
+		ss.mu.restored, ss.mu.movedEffects = restored, moved
+		ss.mu.unitErr = false
 	}
-	ss.endEffects(ss.doneSeq, !ss.unitErr && ss.lastTag != "ROLLBACK")
+	ss.endEffects(ss.mu.doneSeq, !ss.mu.unitErr && ss.mu.lastTag != "ROLLBACK")
 }
 
 // endEffects applies (ok) or drops the effects of the units before unit
@@ -2171,7 +2171,7 @@ func (ss *session) unitEnded() {
 func (ss *session) endEffects(upTo uint64, ok bool) {
 	// Effects of units still to be answered (pipelined) wait for theirs.
 	n := 0
-	for n < len(ss.effects) && ss.effects[n].seq < upTo {
+	for n < len(ss.mu.effects) && ss.mu.effects[n].seq < upTo {
 		n++
 	}
 	ss.settleEffects(n, n, ok)
@@ -2181,7 +2181,7 @@ func (ss *session) endEffects(upTo uint64, ok bool) {
 // effects, and removes the first drop of them (drop ≥ n: a COMMIT's
 // marker goes with what it committed). Callers hold ss.mu.
 func (ss *session) settleEffects(n, drop int, ok bool) {
-	done, later := ss.effects[:n], ss.effects[drop:]
+	done, later := ss.mu.effects[:n], ss.mu.effects[drop:]
 	if !slices.ContainsFunc(done, func(e effect) bool { return !e.marker() }) {
 		done = nil // (markers alone change nothing)
 	}
@@ -2193,37 +2193,37 @@ func (ss *session) settleEffects(n, drop int, ok bool) {
 				ss.applySetting(e.setting)
 			case classify.EffectDiscardAll:
 				// (Its statements went when it was sent: discardNow.)
-				ss.session = nil
-				ss.pinned = ""
-				ss.discardGen++
-				if ss.cur != nil {
-					ss.cur.st.discardOwner, ss.cur.st.discardGen = ss.id, ss.discardGen
+				ss.mu.session = nil
+				ss.mu.pinned = ""
+				ss.mu.discardGen++
+				if ss.mu.cur != nil {
+					ss.mu.cur.st.discardOwner, ss.mu.cur.st.discardGen = ss.id, ss.mu.discardGen
 				}
 			}
 		}
-		ss.settingsKey = settingsQuery(append(slices.Clip(ss.startup), ss.session...))
-		if ss.cur != nil {
+		ss.mu.settingsKey = settingsQuery(append(slices.Clip(ss.mu.startup), ss.mu.session...))
+		if ss.mu.cur != nil {
 			// The server that ran them has them; after DISCARD ALL it is
 			// back at its defaults, without the startup settings too.
 			switch {
-			case hasDiscard(done) && !ss.restored:
-				ss.cur.st.settings = ""
-			case hasReset(done) && !ss.restored:
+			case hasDiscard(done) && !ss.mu.restored:
+				ss.mu.cur.st.settings = ""
+			case hasReset(done) && !ss.mu.restored:
 				// RESET returned the server to its defaults, not to the
 				// client's startup values, which the session still holds:
 				// replay them before the next unit there.
-				ss.cur.st.settings = settingsUnknown
-			case ss.movedEffects:
+				ss.mu.cur.st.settings = settingsUnknown
+			case ss.mu.movedEffects:
 				// Part of the unit, with some of its SETs, ran on a
 				// replica (endReplicaStream): this server has not seen
 				// them all.
-				ss.cur.st.settings = settingsUnknown
+				ss.mu.cur.st.settings = settingsUnknown
 			default:
-				ss.cur.st.settings = ss.settingsKey
+				ss.mu.cur.st.settings = ss.mu.settingsKey
 			}
 		}
 	}
-	if !ok && len(done) > 0 && ss.cur != nil && ss.pinned == "" && ss.settingsTracked() {
+	if !ok && len(done) > 0 && ss.mu.cur != nil && ss.mu.pinned == "" && ss.settingsTracked() {
 		// (A pinned session keeps its server, whose state is the
 		// session's own, set_config calls included: a replay would
 		// undo those. So does a session whose SETs are not tracked.)
@@ -2231,12 +2231,12 @@ func (ss *session) settleEffects(n, drop int, ok bool) {
 		// server kept is not known (a SAVEPOINT rolled back to after an
 		// error keeps those before it): its settings are replayed before
 		// the next unit there, never taken for the session's.
-		ss.cur.st.settings = settingsUnknown
+		ss.mu.cur.st.settings = settingsUnknown
 	}
-	ss.effects = append(ss.effects[:0], later...)
-	ss.unitErr = false
-	ss.restored = false
-	ss.movedEffects = false
+	ss.mu.effects = append(ss.mu.effects[:0], later...)
+	ss.mu.unitErr = false
+	ss.mu.restored = false
+	ss.mu.movedEffects = false
 }
 
 // keptEffects returns the effects (markers left out) that a ROLLBACK
@@ -2292,7 +2292,7 @@ func hasDiscard(es []effect) bool {
 // applySetting records a SET/RESET in the session's settings. Callers hold
 // ss.mu.
 func (ss *session) applySetting(s classify.Setting) {
-	ss.session = withSetting(ss.session, ss.startup, s)
+	ss.mu.session = withSetting(ss.mu.session, ss.mu.startup, s)
 }
 
 // withSetting returns session (the session's settings, reused) with s
@@ -2330,19 +2330,19 @@ func (ss *session) movedSettingsKeyLocked() string {
 	// Only the unit's own (those of earlier units belong to a block the
 	// unit's part on the replica ended, or that failed), and none a
 	// ROLLBACK of the unit undid.
-	sess := slices.Clone(ss.session)
-	for _, e := range ss.effects {
+	sess := slices.Clone(ss.mu.session)
+	for _, e := range ss.mu.effects {
 		switch {
-		case e.seq != ss.unitSeq || e.commit:
+		case e.seq != ss.mu.unitSeq || e.commit:
 		case e.rollback:
-			sess = slices.Clone(ss.session)
+			sess = slices.Clone(ss.mu.session)
 		case e.kind == classify.EffectSet:
-			sess = withSetting(sess, ss.startup, e.setting)
+			sess = withSetting(sess, ss.mu.startup, e.setting)
 		case e.kind == classify.EffectDiscardAll:
 			sess = nil
 		}
 	}
-	return settingsQuery(append(slices.Clip(ss.startup), sess...))
+	return settingsQuery(append(slices.Clip(ss.mu.startup), sess...))
 }
 
 // awaitReadyForQuery waits, at most 2 s, until l's server has answered
@@ -2352,7 +2352,7 @@ func (ss *session) awaitReadyForQuery(l *link, want uint64) {
 	defer ss.mu.Unlock()
 	expired := false
 	defer ss.wakeAfter(2*time.Second, &expired).Stop()
-	for l.rfqs < want && !l.dead && !ss.killed && !expired {
+	for l.rfqs < want && !l.dead && !ss.mu.killed && !expired {
 		ss.turn.Wait()
 	}
 }

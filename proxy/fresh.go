@@ -64,19 +64,19 @@ func (ss *session) markUnsureLocked(tl uint32) {
 	if tl == 0 {
 		return
 	}
-	u := &ss.fresh.unsure
+	u := &ss.mu.fresh.unsure
 	if u.timeline == 0 || tl < u.timeline {
-		u.timeline, u.after, u.seq = tl, ss.fresh.token, ss.fresh.requests
+		u.timeline, u.after, u.seq = tl, ss.mu.fresh.token, ss.mu.fresh.requests
 	}
-	u.lastTimeline, u.lastSeq = tl, ss.fresh.requests
+	u.lastTimeline, u.lastSeq = tl, ss.mu.fresh.requests
 }
 
 // oweCaptureLocked notes that the session owes itself a read of the
 // primary's position (captureDebt): only an answer to a request made
 // from now on pays it. Callers hold ss.mu.
 func (ss *session) oweCaptureLocked() {
-	ss.fresh.captureDebt = true
-	ss.fresh.debtSeq = ss.fresh.requests
+	ss.mu.fresh.captureDebt = true
+	ss.mu.fresh.debtSeq = ss.mu.fresh.requests
 }
 
 // writeTimelineLocked is the timeline of the primary at addr, where a
@@ -95,7 +95,7 @@ func (ss *session) writeTimelineLocked(addr string) uint32 {
 			}
 		}
 	}
-	return ss.fresh.token.Timeline
+	return ss.mu.fresh.token.Timeline
 }
 
 // applyPosition uncounts a position read for kind and, when ok, applies
@@ -112,26 +112,26 @@ func (ss *session) writeTimelineLocked(addr string) uint32 {
 func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, clearsDebt bool, tl uint32, seq uint64) {
 	var status2 *pgproto3.ParameterStatus
 	ss.mu.Lock()
-	ss.fresh.captures--
+	ss.mu.fresh.captures--
 	raiseToken := func() {
-		if ss.fresh.token.Less(tok) {
-			if old := ss.fresh.token; old.Timeline != 0 && old.Timeline < tok.Timeline && ss.fresh.prior.Timeline == 0 {
+		if ss.mu.fresh.token.Less(tok) {
+			if old := ss.mu.fresh.token; old.Timeline != 0 && old.Timeline < tok.Timeline && ss.mu.fresh.prior.Timeline == 0 {
 				// A later primary's position replaces a token that may
 				// name a write the failover lost: kept to be judged.
-				ss.fresh.prior = old
+				ss.mu.fresh.prior = old
 			}
-			ss.fresh.token = tok
+			ss.mu.fresh.token = tok
 			status2 = &pgproto3.ParameterStatus{Name: "pg_kinetic.write_lsn", Value: tok.String()}
 		}
 	}
 	if ok && kind != captureReplay {
-		if u := ss.fresh.unsure; u.timeline != 0 && tok.Timeline == u.timeline && seq > u.seq {
+		if u := ss.mu.fresh.unsure; u.timeline != 0 && tok.Timeline == u.timeline && seq > u.seq {
 			raiseToken()
-			ss.fresh.unsure = unsureWrite{}
+			ss.mu.fresh.unsure = unsureWrite{}
 			if seq <= u.lastSeq {
 				// A later unsure write was noted after this was asked
 				// for: it is not covered.
-				ss.fresh.unsure = unsureWrite{timeline: u.lastTimeline, after: ss.fresh.token, seq: u.lastSeq,
+				ss.mu.fresh.unsure = unsureWrite{timeline: u.lastTimeline, after: ss.mu.fresh.token, seq: u.lastSeq,
 					lastTimeline: u.lastTimeline, lastSeq: u.lastSeq}
 			}
 		}
@@ -148,11 +148,11 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, clears
 		case captureRead:
 			ss.raiseFloorLocked(tok)
 		}
-		if clearsDebt && seq > ss.fresh.debtSeq {
+		if clearsDebt && seq > ss.mu.fresh.debtSeq {
 			// (A debt incurred after this was asked for — a COPY FROM
 			// STDIN run meanwhile — stays: the position may be before
 			// that write's commit.)
-			ss.fresh.captureDebt = false
+			ss.mu.fresh.captureDebt = false
 		}
 	} else if kind != capturePosition {
 		// What the unit wrote or saw is unknown: reads go to the primary
@@ -190,7 +190,7 @@ type positionDue struct {
 // connection, after that ReadyForQuery, so it is at or after the unit's
 // commit. Callers hold ss.mu.
 func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
-	ss.fresh.captures++
+	ss.mu.fresh.captures++
 	var tl uint32
 	if kind == captureWrite {
 		tl = ss.writeTimelineLocked(l.addr)
@@ -198,8 +198,8 @@ func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
 	if l.rfqs >= batch {
 		// Answered already (the unit was flushed as it was written): a
 		// request now is after its ReadyForQuery.
-		if ss.tx != 'I' {
-			ss.fresh.captures--
+		if ss.mu.tx != 'I' {
+			ss.mu.fresh.captures--
 			ss.turn.Broadcast()
 			return
 		}
@@ -207,7 +207,7 @@ func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
 		return
 	}
 	if l.dead {
-		ss.fresh.captures--
+		ss.mu.fresh.captures--
 		ss.oweCaptureLocked()
 		if kind == captureWrite {
 			ss.markUnsureLocked(tl)
@@ -233,7 +233,7 @@ func (ss *session) seenAfterLocked(l *link, batch uint64) {
 func (ss *session) seenBlockedNow() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.fresh.seenBlocked && len(ss.fresh.seen) > 0
+	return ss.mu.fresh.seenBlocked && len(ss.mu.fresh.seen) > 0
 }
 
 // positionsDueLocked requests the positions due at l's ReadyForQuery
@@ -248,7 +248,7 @@ func (ss *session) positionsDueLocked(l *link, status byte) {
 			continue
 		}
 		if status != 'I' {
-			ss.fresh.captures--
+			ss.mu.fresh.captures--
 			continue
 		}
 		ss.requestPositionLocked(d.kind, false, d.timeline)
@@ -272,7 +272,7 @@ func (ss *session) positionsDueLocked(l *link, status byte) {
 func (ss *session) requestPositionLocked(kind byte, clearsDebt bool, tl uint32) {
 	rd := ss.positionReader()
 	if rd == nil {
-		ss.fresh.captures--
+		ss.mu.fresh.captures--
 		if kind != capturePosition {
 			ss.oweCaptureLocked()
 		}
@@ -282,15 +282,15 @@ func (ss *session) requestPositionLocked(kind byte, clearsDebt bool, tl uint32) 
 		ss.turn.Broadcast()
 		return
 	}
-	ss.fresh.requests++
-	seq := ss.fresh.requests
+	ss.mu.fresh.requests++
+	seq := ss.mu.fresh.requests
 	done := func(tok freshness.Token, err error) {
 		if err != nil {
 			ss.log.Debug("WAL position not read", zap.Error(err))
 		}
 		ss.applyPosition(kind, tok, err == nil, clearsDebt, tl, seq)
 	}
-	if !ss.fresh.usedReplica && !clearsDebt && (kind == captureWrite || kind == captureRead) {
+	if !ss.mu.fresh.usedReplica && !clearsDebt && (kind == captureWrite || kind == captureRead) {
 		rd.RequestLater(done)
 		return
 	}
@@ -306,7 +306,7 @@ func (ss *session) positionsLostLocked(l *link) {
 			ss.noteSeenLocked(l.addr)
 			continue
 		}
-		ss.fresh.captures--
+		ss.mu.fresh.captures--
 		ss.oweCaptureLocked()
 		if d.kind == captureWrite {
 			ss.markUnsureLocked(d.timeline)
@@ -319,8 +319,8 @@ func (ss *session) positionsLostLocked(l *link) {
 // raiseFloorLocked moves the monotonic-read floor up to t. Callers hold
 // ss.mu.
 func (ss *session) raiseFloorLocked(t freshness.Token) {
-	if ss.fresh.floor.Less(t) {
-		ss.fresh.floor = t
+	if ss.mu.fresh.floor.Less(t) {
+		ss.mu.fresh.floor = t
 	}
 }
 
@@ -328,7 +328,7 @@ func (ss *session) raiseFloorLocked(t freshness.Token) {
 // (SPEC §5), given the route's policy and the unit's hints.
 func (ss *session) readRequirement(u unitInfo, primary health.Verdict) freshness.Requirement {
 	ss.mu.Lock()
-	floor, token, minLSN := ss.fresh.floor, ss.fresh.token, ss.fresh.minLSN
+	floor, token, minLSN := ss.mu.fresh.floor, ss.mu.fresh.token, ss.mu.fresh.minLSN
 	ss.mu.Unlock()
 	return requirement(ss.route, u, primary.Timeline, floor, token, minLSN)
 }
@@ -429,8 +429,8 @@ var captureWait = 5 * time.Second
 func (ss *session) waitCaptures() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if ss.fresh.captures <= 0 || ss.killed {
-		return ss.fresh.captures <= 0
+	if ss.mu.fresh.captures <= 0 || ss.mu.killed {
+		return ss.mu.fresh.captures <= 0
 	}
 	if rd := ss.positionReader(); rd != nil {
 		rd.Hurry() // positions asked for in no hurry (requestPositionLocked)
@@ -438,14 +438,14 @@ func (ss *session) waitCaptures() bool {
 	expired := false
 	defer ss.wakeAfter(captureWait, &expired).Stop()
 	// A capture on a link that fails is uncounted by linkFailed.
-	for ss.fresh.captures > 0 && !ss.killed && !expired {
+	for ss.mu.fresh.captures > 0 && !ss.mu.killed && !expired {
 		ss.turn.Wait()
 	}
-	if ss.fresh.captures > 0 && !ss.killed {
+	if ss.mu.fresh.captures > 0 && !ss.mu.killed {
 		ss.log.Warn("WAL position query unanswered; this unit treats the session's token as unknown",
-			zap.Duration("waited", captureWait), zap.Int("in_flight", ss.fresh.captures))
+			zap.Duration("waited", captureWait), zap.Int("in_flight", ss.mu.fresh.captures))
 	}
-	return ss.fresh.captures <= 0
+	return ss.mu.fresh.captures <= 0
 }
 
 // waitForReplica waits, up to the route's read_after_write_timeout_ms,

@@ -278,7 +278,8 @@ func FuzzKineticCommand(f *testing.F) {
 	route := &config.Route{Name: "main", QueryClasses: []config.QueryClass{{Name: "nightly", Routing: config.ClassPrimaryOnly}}}
 	cl := classify.New(classify.Options{CacheSize: -1})
 	f.Fuzz(func(t *testing.T, query string) {
-		ss := &session{route: route, classifier: cl, tx: 'I'}
+		ss := &session{route: route, classifier: cl}
+		ss.mu.tx = 'I'
 		if name, ok := kineticShowName(query); ok {
 			if !strings.HasPrefix(name, "pg_kinetic.") || !strings.EqualFold(firstWord(query), "show") {
 				t.Fatalf("%q taken as SHOW %q", query, name)
@@ -319,14 +320,14 @@ func FuzzKineticCommand(f *testing.F) {
 				t.Fatalf("SHOW after %q: %v", query, e.Message)
 			}
 			if shown == "" {
-				if !ss.fresh.minLSN.IsZero() {
-					t.Fatalf("%q: min_lsn %v shown as empty", query, ss.fresh.minLSN)
+				if !ss.mu.fresh.minLSN.IsZero() {
+					t.Fatalf("%q: min_lsn %v shown as empty", query, ss.mu.fresh.minLSN)
 				}
 				return
 			}
 			tok, err := freshness.ParseToken(shown)
-			if err != nil || tok != ss.fresh.minLSN {
-				t.Fatalf("%q: shown %q, which reads as %v (%v), set %v", query, shown, tok, err, ss.fresh.minLSN)
+			if err != nil || tok != ss.mu.fresh.minLSN {
+				t.Fatalf("%q: shown %q, which reads as %v (%v), set %v", query, shown, tok, err, ss.mu.fresh.minLSN)
 			}
 		case "pg_kinetic.query_class":
 			if _, known := route.QueryClass(ss.queryClass); ss.queryClass != "" && !known {

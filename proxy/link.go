@@ -279,7 +279,7 @@ func (ss *session) detach(l *link, clientAtBoundary bool) {
 	// A server that failed a batch skips everything up to a Sync the
 	// client never sent: a reset there would never be answered.
 	skipping := l.failed == l.rfqs+1
-	idle := !busy && !skipping && (l != ss.cur || ss.idleLocked())
+	idle := !busy && !skipping && (l != ss.mu.cur || ss.idleLocked())
 	// A claim still held is a CancelRequest on its way to this server
 	// (cancelRunning), or a unit the session never finished writing. The
 	// cancel may land after the connection went back to its pool and stop
@@ -351,7 +351,7 @@ func (ss *session) failBarriersLocked(l *link) {
 // error and never answered: it fails now, instead of waiting for ever.
 // Callers hold ss.mu.
 func (ss *session) serverErrorLocked(l *link) {
-	ss.unitErr, ss.errDone = true, ss.doneSeq
+	ss.mu.unitErr, ss.mu.errDone = true, ss.mu.doneSeq
 	l.failed = l.rfqs + 1
 	ss.batchFailedLocked(l)
 	ss.failBarriersLocked(l)
@@ -494,8 +494,8 @@ func (ss *session) stepLocked(l *link, typ byte) relayStep {
 	}
 	// Solicited: answers to a Sync or Query still owed, or to messages
 	// of a batch the client ended with Flush alone (unsynced).
-	if unsolicited := !st.drop && l.batches == l.rfqs && !(l == ss.cur && (ss.tx != 'I' || ss.unsynced)); unsolicited &&
-		(l.replica || typ == 'E' && ss.pinned == "" && ss.freshnessOn()) {
+	if unsolicited := !st.drop && l.batches == l.rfqs && !(l == ss.mu.cur && (ss.mu.tx != 'I' || ss.mu.unsynced)); unsolicited &&
+		(l.replica || typ == 'E' && ss.mu.pinned == "" && ss.freshnessOn()) {
 		switch {
 		case !l.replica && !ss.txPool:
 			// Session pooling: the client holds this backend's PID
@@ -566,7 +566,7 @@ func (ss *session) dropMessage(l *link, h wire.Header, st relayStep, body []byte
 				// proxy's own message on the primary.)
 				// Units wait while this is decided (routeBatch).
 				ss.mu.Lock()
-				ss.checkingPrimary = true
+				ss.mu.checkingPrimary = true
 				ss.mu.Unlock()
 				if ss.serverUp(l.addr) {
 					// Terminated: the session ends with the error,
@@ -576,7 +576,7 @@ func (ss *session) dropMessage(l *link, h wire.Header, st relayStep, body []byte
 					ss.endWithServerError(body)
 				}
 				ss.mu.Lock()
-				ss.checkingPrimary = false
+				ss.mu.checkingPrimary = false
 				ss.turn.Broadcast()
 				ss.mu.Unlock()
 			}
@@ -709,8 +709,8 @@ func (ss *session) serverToClient(l *link) error {
 			}
 			l.awaitingFirst.Store(false)
 			ss.mu.Lock()
-			if ss.awaiting == l && !ss.answered {
-				ss.answered = true
+			if ss.mu.awaiting == l && !ss.mu.answered {
+				ss.mu.answered = true
 				ss.turn.Broadcast()
 			}
 			ss.mu.Unlock()
@@ -723,8 +723,8 @@ func (ss *session) serverToClient(l *link) error {
 				return err
 			}
 			ss.mu.Lock()
-			if ss.awaiting == l && !ss.answered {
-				ss.answered = true
+			if ss.mu.awaiting == l && !ss.mu.answered {
+				ss.mu.answered = true
 				ss.turn.Broadcast()
 			}
 			ss.mu.Unlock()
@@ -974,7 +974,7 @@ func (ss *session) reportHeldParams() error {
 	// A unit that failed or rolled back undid those SETs: PostgreSQL
 	// reports nothing then (the value is the one it last reported),
 	// unless a COMMIT of the unit made them first.
-	undone := (ss.unitErr || ss.lastTag == "ROLLBACK") && !ss.heldCommitted
+	undone := (ss.mu.unitErr || ss.mu.lastTag == "ROLLBACK") && !ss.heldCommitted
 	ss.heldCommitted = false
 	ss.mu.Unlock()
 	if len(held) == 0 || undone {
@@ -1030,7 +1030,7 @@ func (ss *session) reportResets(l *link) error {
 	out := ss.resetHeld
 	ss.resetHeld = nil
 	if !failed { // (a failed batch's RESET or DISCARD was rolled back)
-		for _, st := range ss.startup {
+		for _, st := range ss.mu.startup {
 			name := strings.ToLower(st.name)
 			if !n.all && !slices.Contains(n.names, name) {
 				continue
@@ -1075,8 +1075,8 @@ func (ss *session) reportResets(l *link) error {
 func (ss *session) releaseIdle(l *link) bool {
 	ss.mu.Lock()
 	for {
-		if l.pool == nil || ss.killed || l.stopping || l.batches != l.rfqs || len(l.swallow) > 0 ||
-			ss.awaiting == l && !ss.answered || l == ss.cur && (ss.tx != 'I' || ss.unsynced) || !l.replica && ss.pinned != "" {
+		if l.pool == nil || ss.mu.killed || l.stopping || l.batches != l.rfqs || len(l.swallow) > 0 ||
+			ss.mu.awaiting == l && !ss.mu.answered || l == ss.mu.cur && (ss.mu.tx != 'I' || ss.mu.unsynced) || !l.replica && ss.mu.pinned != "" {
 			ss.mu.Unlock()
 			return false
 		}
@@ -1090,14 +1090,14 @@ func (ss *session) releaseIdle(l *link) bool {
 	l.applyServerUndoLocked() // no claim is left: the reader owns l's state
 	l.ops = nil
 	l.released = true
-	if ss.primary == l {
-		ss.primary = nil
+	if ss.mu.primary == l {
+		ss.mu.primary = nil
 	}
-	if ss.replicas[l.addr] == l {
-		delete(ss.replicas, l.addr)
+	if ss.mu.replicas[l.addr] == l {
+		delete(ss.mu.replicas, l.addr)
 	}
-	if ss.cur == l {
-		ss.cur = nil
+	if ss.mu.cur == l {
+		ss.mu.cur = nil
 	}
 	ss.mu.Unlock()
 	// What was relayed must not wait for a server message that will not
@@ -1204,29 +1204,29 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 	for len(l.ops) > 0 && l.ops[0].batch < l.rfqs {
 		l.ops = l.ops[1:] // answered without a confirmation we could match
 	}
-	ss.pending--
-	if ss.pending == 0 {
-		ss.commitInFlight = false // its outcome is known
+	ss.mu.pending--
+	if ss.mu.pending == 0 {
+		ss.mu.commitInFlight = false // its outcome is known
 	}
 	ss.noteReadyLocked(l) // timeouts.go
-	ss.doneSeq++
+	ss.mu.doneSeq++
 	if status == 'I' {
-		ss.lastIdleDone = ss.doneSeq
+		ss.mu.lastIdleDone = ss.mu.doneSeq
 	}
-	ss.tx = status
+	ss.mu.tx = status
 	ss.positionsDueLocked(l, status)
 	if status == 'I' {
 		ss.unitEnded()
-		if ss.pending == 0 {
+		if ss.mu.pending == 0 {
 			ss.holdFallbackLocked(nil)
-			if !ss.unitStart.IsZero() {
-				ss.srv.metrics.QueryDuration(ss.unitTarget, time.Since(ss.unitStart).Seconds())
-				ss.unitStart = time.Time{}
+			if !ss.mu.unitStart.IsZero() {
+				ss.srv.metrics.QueryDuration(ss.mu.unitTarget, time.Since(ss.mu.unitStart).Seconds())
+				ss.mu.unitStart = time.Time{}
 			}
 		}
 	}
 	ss.turn.Broadcast()
-	return ss.draining && ss.idleLocked() && ss.unitRuns
+	return ss.mu.draining && ss.idleLocked() && ss.mu.unitRuns
 }
 
 // linkFailed handles a server connection that broke. Losing the primary,
@@ -1242,16 +1242,16 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 	// client (a read retried elsewhere writes them again).
 	for _, op := range l.ops {
 		if !op.noop {
-			ss.undo = append(ss.undo, op)
+			ss.mu.undo = append(ss.mu.undo, op)
 			ss.hasUndo.Store(true)
 		}
 	}
 	l.ops = nil
-	serving := l == ss.cur && (ss.pending > 0 || ss.tx != 'I')
-	if ss.awaiting == l && !ss.answered {
+	serving := l == ss.mu.cur && (ss.mu.pending > 0 || ss.mu.tx != 'I')
+	if ss.mu.awaiting == l && !ss.mu.answered {
 		serving = false // the session goroutine retries the read elsewhere
 	}
-	unknown := serving && !l.replica && ss.commitInFlight && ss.pending > 0
+	unknown := serving && !l.replica && ss.mu.commitInFlight && ss.mu.pending > 0
 	ss.turn.Broadcast()
 	ss.mu.Unlock()
 	if l.replica && ss.srv != nil {
@@ -1287,7 +1287,7 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 func (ss *session) pinnedReason() string {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.pinned
+	return ss.mu.pinned
 }
 
 func errorText(body []byte) string {
@@ -1315,10 +1315,10 @@ func (ss *session) commandComplete(body []byte) {
 		tag = tag[:i]
 	}
 	ss.mu.Lock()
-	if string(tag) != ss.lastTag {
-		ss.lastTag = string(tag)
+	if string(tag) != ss.mu.lastTag {
+		ss.mu.lastTag = string(tag)
 	}
-	if ss.lastTag == "COMMIT" {
+	if ss.mu.lastTag == "COMMIT" {
 		ss.committedLocked()
 	}
 	ss.mu.Unlock()
@@ -1330,23 +1330,23 @@ func (ss *session) commandComplete(body []byte) {
 // COMMIT, in the same batch, rolls back only what follows it). Callers
 // hold ss.mu.
 func (ss *session) committedLocked() {
-	if i := slices.IndexFunc(ss.effects, func(e effect) bool { return e.commit }); i >= 0 {
+	if i := slices.IndexFunc(ss.mu.effects, func(e effect) bool { return e.commit }); i >= 0 {
 		// The COMMIT's place among the effects is known: what the
 		// session did before it is kept, also in this unit, also when
 		// the block was the batch's implicit one (PostgreSQL commits it,
 		// with a warning) and an error follows in the same batch.
-		unitErr, restored, moved := ss.unitErr, ss.restored, ss.movedEffects
+		unitErr, restored, moved := ss.mu.unitErr, ss.mu.restored, ss.mu.movedEffects
 		ss.settleEffects(i, i+1, true)
-		ss.unitErr, ss.restored, ss.movedEffects = unitErr, restored, moved
+		ss.mu.unitErr, ss.mu.restored, ss.mu.movedEffects = unitErr, restored, moved
 		return
 	}
-	if ss.tx == 'I' || len(ss.effects) == 0 || ss.effects[0].seq >= ss.doneSeq {
+	if ss.mu.tx == 'I' || len(ss.mu.effects) == 0 || ss.mu.effects[0].seq >= ss.mu.doneSeq {
 		return
 	}
-	unitErr, restored, moved := ss.unitErr, ss.restored, ss.movedEffects
-	ss.unitErr = false
+	unitErr, restored, moved := ss.mu.unitErr, ss.mu.restored, ss.mu.movedEffects
+	ss.mu.unitErr = false
 	ss.unitEnded() // applies the effects of the units already answered
-	ss.unitErr, ss.restored, ss.movedEffects = unitErr, restored, moved
+	ss.mu.unitErr, ss.mu.restored, ss.mu.movedEffects = unitErr, restored, moved
 }
 
 // serverFailed ends the session after a server connection it depends on

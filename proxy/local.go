@@ -30,7 +30,7 @@ const (
 func (ss *session) waitIdle() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for ss.pending > 0 && !ss.killed && !(ss.cur != nil && ss.cur.dead) {
+	for ss.mu.pending > 0 && !ss.mu.killed && !(ss.mu.cur != nil && ss.mu.cur.dead) {
 		ss.turn.Wait()
 	}
 }
@@ -72,17 +72,17 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 		return true, ss.sendTag(tag, ss.txStatus())
 	}
 	ss.mu.Lock()
-	canDefer := ss.tx == 'I' && ss.pinned == "" && ss.routingMode() != config.RoutingOff
+	canDefer := ss.mu.tx == 'I' && ss.mu.pinned == "" && ss.routingMode() != config.RoutingOff
 	ss.mu.Unlock()
 	switch {
 	case st.Tx == classify.TxBegin && canDefer && !d.Hints.Primary:
 		ss.waitIdle()
 		ss.mu.Lock()
-		if ss.tx != 'I' || ss.pending > 0 {
+		if ss.mu.tx != 'I' || ss.mu.pending > 0 {
 			ss.mu.Unlock()
 			return false, nil
 		}
-		ss.tx = 'T'
+		ss.mu.tx = 'T'
 		ss.mu.Unlock()
 		ss.deferred = d.text
 		return true, ss.sendTag("BEGIN", 'T')
@@ -90,8 +90,8 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 		// The transaction never reached a server: nothing to commit.
 		ss.deferred = ""
 		ss.mu.Lock()
-		failed := ss.tx == 'E'
-		ss.tx = 'I'
+		failed := ss.mu.tx == 'E'
+		ss.mu.tx = 'I'
 		ss.mu.Unlock()
 		tag := strings.ToUpper(firstWord(d.text))
 		if failed || tag == "ABORT" {
@@ -118,7 +118,7 @@ func (ss *session) abortServerTx() error {
 		return nil
 	}
 	ss.mu.Lock()
-	l := ss.cur
+	l := ss.mu.cur
 	ok := l != nil && l.claimLocked()
 	ss.mu.Unlock()
 	if !ok {
@@ -166,11 +166,11 @@ func (ss *session) reject(d decision, open bool) error {
 func (ss *session) failUnit(e *pgproto3.ErrorResponse, open bool) error {
 	ss.waitIdle()
 	ss.mu.Lock()
-	abort := ss.tx == 'T'
+	abort := ss.mu.tx == 'T'
 	if abort {
-		ss.tx = 'E' // like any error inside a transaction block
+		ss.mu.tx = 'E' // like any error inside a transaction block
 	}
-	tx := ss.tx
+	tx := ss.mu.tx
 	ss.mu.Unlock()
 	if abort {
 		if err := ss.abortServerTx(); err != nil {
@@ -222,10 +222,10 @@ func isShow(text, name string) bool {
 
 // lastRouteText is SHOW pg_kinetic.last_route's value. Callers hold ss.mu.
 func (ss *session) lastRouteText() string {
-	if ss.last.target == "" {
+	if ss.mu.last.target == "" {
 		return ""
 	}
-	return ss.last.String()
+	return ss.mu.last.String()
 }
 
 func firstWord(s string) string {
@@ -269,9 +269,9 @@ func (ss *session) kineticShow(name string) (string, *pgproto3.ErrorResponse) {
 		return "", withHint(errorf(codeObjectNotInPrerequisiteState, "pg-kinetic: the session's write position is not known yet"), "Try again.")
 	}
 	ss.mu.Lock()
-	t := ss.fresh.token
+	t := ss.mu.fresh.token
 	if name == "pg_kinetic.min_lsn" {
-		t = ss.fresh.minLSN
+		t = ss.mu.fresh.minLSN
 	}
 	ss.mu.Unlock()
 	if t.IsZero() {
@@ -298,7 +298,7 @@ func (ss *session) kineticSet(set classify.Setting) (string, *pgproto3.ErrorResp
 			}
 		}
 		ss.mu.Lock()
-		ss.fresh.minLSN = t
+		ss.mu.fresh.minLSN = t
 		ss.mu.Unlock()
 	case "pg_kinetic.query_class":
 		v := strings.Trim(set.Value, "'")

@@ -114,7 +114,7 @@ scan:
 		return
 	}
 	ss.mu.Lock()
-	l := ss.cur // (a server reader releases it in transaction pooling)
+	l := ss.mu.cur // (a server reader releases it in transaction pooling)
 	if l == nil {
 		ss.mu.Unlock()
 		return
@@ -122,7 +122,7 @@ scan:
 	replaced := func(op stmtOp) bool {
 		return op.kind == 'P' && op.name == "" && op.prevLocal != nil && !op.noop && op.batch < l.batches
 	}
-	for !l.dead && !ss.killed && slices.ContainsFunc(l.ops, replaced) {
+	for !l.dead && !ss.mu.killed && slices.ContainsFunc(l.ops, replaced) {
 		ss.turn.Wait()
 	}
 	ss.mu.Unlock()
@@ -154,7 +154,7 @@ func (ss *session) localPlan(b *batch) *localSplit {
 		// server's: a portal made in unit k is gone once a unit from k on
 		// ended outside a transaction block (or now, all idle).
 		ss.mu.Lock()
-		ended, idle := max(ss.lastIdleDone, ss.portalsEnd), ss.idleLocked() && !ss.localOpen
+		ended, idle := max(ss.mu.lastIdleDone, ss.portalsEnd), ss.idleLocked() && !ss.localOpen
 		ss.mu.Unlock()
 		for name, p := range ss.client.kportals {
 			if idle || p.seq < ended {
@@ -397,10 +397,10 @@ func (ss *session) runWithLocal(b *batch, plan *localSplit, l *link) (open *link
 		}
 		if e := ss.answerLocal(b.msgs[i].typ, b.body(b.msgs[i]), plan.exits[i]); e != nil {
 			ss.mu.Lock()
-			ss.unitErr, ss.errDone = true, ss.doneSeq
-			abort := ss.tx == 'T' && l == nil
+			ss.mu.unitErr, ss.mu.errDone = true, ss.mu.doneSeq
+			abort := ss.mu.tx == 'T' && l == nil
 			if abort {
-				ss.tx = 'E'
+				ss.mu.tx = 'E'
 			}
 			ss.mu.Unlock()
 			if abort {
@@ -506,7 +506,7 @@ func (ss *session) barrier(l *link) (ok bool, err error) {
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for l.barrier == barrierPending && !l.dead && !ss.killed {
+	for l.barrier == barrierPending && !l.dead && !ss.mu.killed {
 		ss.turn.Wait()
 	}
 	if l.barrier == barrierPending {
@@ -718,7 +718,7 @@ func (ss *session) forgetLocalOnQuery() {
 func (ss *session) unitSeqNow() uint64 {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.unitSeq
+	return ss.mu.unitSeq
 }
 
 // notePortalsEnd predicts, as a unit is routed, whether the transaction
@@ -736,8 +736,8 @@ func (ss *session) notePortalsEnd(b *batch, u unitInfo, open bool) {
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if ss.pending == 0 {
-		ss.predOpen = ss.tx != 'I'
+	if ss.mu.pending == 0 {
+		ss.predOpen = ss.mu.tx != 'I'
 	}
 	switch u.lastTx {
 	case 'b':
@@ -746,7 +746,7 @@ func (ss *session) notePortalsEnd(b *batch, u unitInfo, open bool) {
 		ss.predOpen = false
 	}
 	if !ss.predOpen {
-		ss.portalsEnd = ss.unitSeq + 1
+		ss.portalsEnd = ss.mu.unitSeq + 1
 	}
 }
 

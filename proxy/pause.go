@@ -71,7 +71,7 @@ func (s *Server) pause(route string) error {
 		busy := 0
 		for _, ss := range s.sessionList() {
 			ss.mu.Lock()
-			if ss.started && slices.Contains(names, ss.routeName) && !ss.idleLocked() && !ss.killed {
+			if ss.mu.started && slices.Contains(names, ss.mu.routeName) && !ss.idleLocked() && !ss.mu.killed {
 				busy++
 			}
 			ss.mu.Unlock()

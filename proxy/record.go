@@ -47,8 +47,8 @@ func (ss *session) recordRoute(d decision, ds []*classified) {
 // counts it for SHOW ROUTES.
 func (ss *session) setLastRoute(target, reason, lag, class string) {
 	ss.mu.Lock()
-	ss.last = lastRoute{target: target, reason: reason, lag: lag}
-	ss.unitStart, ss.unitTarget = time.Now(), target
+	ss.mu.last = lastRoute{target: target, reason: reason, lag: lag}
+	ss.mu.unitStart, ss.mu.unitTarget = time.Now(), target
 	ss.mu.Unlock()
 	if ss.route != nil {
 		ss.decisionCounter(class, target).Add(1)

@@ -322,10 +322,10 @@ func (f *fallbackSlot) release() { f.n.Add(-1) }
 // holdFallbackLocked makes slot the session's fallback, releasing the one
 // it held (nil: just release). Callers hold ss.mu.
 func (ss *session) holdFallbackLocked(slot *fallbackSlot) {
-	if ss.fallback != nil {
-		ss.fallback.release()
+	if ss.mu.fallback != nil {
+		ss.mu.fallback.release()
 	}
-	ss.fallback = slot
+	ss.mu.fallback = slot
 }
 
 // takeFallback counts a primary fallback of route rt; false when the
@@ -349,14 +349,14 @@ func (s *Server) takeFallback(rt *config.Route) (*fallbackSlot, bool) {
 // from the pool on first use.
 func (ss *session) replicaLink(addr string) (*link, error) {
 	ss.mu.Lock()
-	l := ss.replicas[addr]
+	l := ss.mu.replicas[addr]
 	if l.claimLocked() {
 		ss.mu.Unlock()
 		return l, nil
 	}
 	var gone *link
 	if l != nil {
-		delete(ss.replicas, addr)
+		delete(ss.mu.replicas, addr)
 		if !l.released {
 			gone = l
 		}
@@ -383,7 +383,7 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 	ss.srv.backoff.succeeded(addr)
 	l = newLink(c, p, true, true)
 	ss.mu.Lock()
-	ss.replicas[addr] = l
+	ss.mu.replicas[addr] = l
 	ss.mu.Unlock()
 	ss.attach(l)
 	return l, nil
@@ -710,16 +710,16 @@ func (s *Server) abandonReads(addr string) {
 // transaction or a unit already answering on addr is left alone.
 func (ss *session) abandonWaits(addr string) {
 	ss.mu.Lock()
-	l := ss.replicas[addr]
-	if ss.awaiting != nil && ss.awaiting.addr == addr {
-		l = ss.awaiting
+	l := ss.mu.replicas[addr]
+	if ss.mu.awaiting != nil && ss.mu.awaiting.addr == addr {
+		l = ss.mu.awaiting
 	}
 	if l == nil || l.dead || l.released {
 		ss.mu.Unlock()
 		return
 	}
-	retry := ss.awaiting == l && !ss.answered
-	serving := l == ss.cur && (ss.pending > 0 || ss.tx != 'I')
+	retry := ss.mu.awaiting == l && !ss.mu.answered
+	serving := l == ss.mu.cur && (ss.mu.pending > 0 || ss.mu.tx != 'I')
 	if !retry && (serving || len(l.swallow) == 0) {
 		ss.mu.Unlock()
 		return

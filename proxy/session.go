@@ -112,9 +112,9 @@ type sessionFreshness struct {
 	usedReplica bool
 }
 
-// session is one client connection. Fields above mu are owned by the
-// session goroutine; fields below mu are shared with the server reader,
-// Shutdown and CancelRequest handling.
+// session is one client connection. Its fields outside mu are owned by
+// the session goroutine; mu groups what it shares with its server
+// readers, timers, Shutdown, PAUSE, cancels and the admin console.
 type session struct {
 	srv  *Server
 	id   uint64
@@ -192,7 +192,39 @@ type session struct {
 	classified []*classified // analyze's records, reused unit after unit
 	deferred   string        // a plain BEGIN answered locally, not yet sent to a server
 
-	mu sync.Mutex
+	// midBatch: buffer is writing inside a client's extended batch, where
+	// no simple Query may be injected.
+	midBatch bool
+	// restOpen: the rest of a unit moved from a replica began on the
+	// current server with messages of the proxy's (its SETs made in the
+	// unit, its portals replayed: prepareLink) in the server's implicit
+	// transaction: until the client's Sync, nothing of the proxy's may
+	// end that transaction (a Sync, a simple Query).
+	restOpen bool
+	extBatch bool // injectStatements runs for an extended-protocol batch (ensureSQLStatement)
+	// injBatch, injAt: the batch injectStatements prepares for and the
+	// index of the message it prepares now (skippedInFailedTx).
+	injBatch *batch
+	injAt    int
+	// seenTerminations is the Server's terminations count this session
+	// last checked its primary backend at.
+	seenTerminations uint64
+	// portalsEnd: the portals of units before it end with a unit already
+	// routed (a COMMIT, ROLLBACK or an implicit transaction's Sync not yet
+	// answered: a pipeline); predOpen: a routed unit opened a block.
+	portalsEnd uint64
+	predOpen   bool
+	// localOpen: a batch the proxy answered alone ended with Flush, so
+	// its implicit transaction, and the portals it made, go on.
+	localOpen bool
+	// hasUndo says, without mu, that mu.undo holds something.
+	hasUndo atomic.Bool
+
+	counters   []sessionCounter // decisionCounter
+	queryClass string           // SET pg_kinetic.query_class / startup parameter
+	lastWrite  time.Time        // for sticky_primary_window_ms
+	connected  time.Time        // set before the session is listed; read-only after
+
 	// turn and readers, on mu, are the session's two condition variables,
 	// one per kind of waiter: a change is broadcast on the one whose
 	// waiter may wait for it, and kill broadcasts both. Each predicate has
@@ -218,125 +250,110 @@ type session struct {
 	// what the session goroutine, the cancel path and kill change:
 	//
 	//	releaseIdle (link.go)              parked: the link's claims end, more is written to it
-	//	                                   (l.batches, l.swallow, ss.cur), or detach stops it
+	//	                                   (l.batches, l.swallow, mu.cur), or detach stops it
 	//	awaitTimeoutCancel (timeouts.go)   !l.cancelling: query_timeout_ms's cancel was delivered
+	turn, readers sync.Cond
+
+	// mu guards what the session goroutine shares with the other
+	// goroutines that act on the session: its server readers (one per
+	// link), timers (wakeAfter, the janitor's timeouts), Shutdown and
+	// PAUSE, CancelRequest handling and the admin console. The fields
+	// above are the session goroutine's alone (some are set at connect,
+	// before anything else sees the session), or say what guards them.
 	//
 	// Lock order: wmu, then mu (a server reader relaying to the client
 	// holds wmu and takes mu to record what it relayed); wmu is never
-	// taken while mu is held.
-	turn, readers sync.Cond
-	started       bool             // connect set up routeName, replicas and the waits
-	primary       *link            // attached at connect, for the whole session
-	replicas      map[string]*link // replica links used by this session, by address
-	cur           *link            // the server of the current or last unit
-	pending       int              // client-visible ReadyForQuery messages still owed
-	unsynced      bool             // extended-protocol messages sent since the last Sync
-	tx            byte             // transaction status the client was last told
-	draining      bool             // Shutdown asked: close at the next idle point
-	killed        bool             // the session is being closed
-	// unitRuns: the client's last unit runs something (a Query, a
-	// FunctionCall, or a synced batch with an Execute); openRuns: the batch
-	// not yet synced has an Execute. A draining session closes only when
-	// idle after such a unit: a fresh session has not sent its first query
-	// yet, and a unit that only prepared (Parse, Describe, Sync: pgx, libpq's
-	// PQprepare) is followed by the Bind and Execute it prepared for.
-	unitRuns, openRuns bool
+	// taken while mu is held. A link's fields (link.go) are guarded by
+	// the mu of the session that holds the link.
+	mu struct {
+		sync.Mutex
 
-	// checkingPrimary: the session's primary backend sent a FATAL error
-	// and its reader is finding out whether the server is up (then the
-	// backend was terminated, and so is the session); units wait.
-	checkingPrimary bool
-	// queueCancel ends the wait of a unit for a server connection
-	// (acquireConn) with errQueuedCancel: a CancelRequest that arrives
-	// while nothing of the session runs (cancelRunning). Set only during
-	// that wait.
-	queueCancel context.CancelCauseFunc
-	// midBatch: buffer is writing inside a client's extended batch, where
-	// no simple Query may be injected (session goroutine).
-	midBatch bool
-	// restOpen: the rest of a unit moved from a replica began on ss.cur
-	// with messages of the proxy's (its SETs made in the unit, its
-	// portals replayed: prepareLink) in the server's implicit
-	// transaction: until the client's Sync, nothing of the proxy's may
-	// end that transaction (a Sync, a simple Query). Session goroutine.
-	restOpen bool
-	extBatch bool // injectStatements runs for an extended-protocol batch (ensureSQLStatement)
-	// injBatch, injAt: the batch injectStatements prepares for and the
-	// index of the message it prepares now (skippedInFailedTx).
-	injBatch *batch
-	injAt    int
-	// seenTerminations is the Server's terminations count this session
-	// last checked its primary backend at (session goroutine).
-	seenTerminations uint64
+		started  bool             // connect set up routeName, replicas and the waits
+		primary  *link            // attached at connect, for the whole session
+		replicas map[string]*link // replica links used by this session, by address
+		cur      *link            // the server of the current or last unit
+		pending  int              // client-visible ReadyForQuery messages still owed
+		unsynced bool             // extended-protocol messages sent since the last Sync
+		tx       byte             // transaction status the client was last told
+		draining bool             // Shutdown asked: close at the next idle point
+		killed   bool             // the session is being closed
+		// unitRuns: the client's last unit runs something (a Query, a
+		// FunctionCall, or a synced batch with an Execute); openRuns: the
+		// batch not yet synced has an Execute. A draining session closes
+		// only when idle after such a unit: a fresh session has not sent
+		// its first query yet, and a unit that only prepared (Parse,
+		// Describe, Sync: pgx, libpq's PQprepare) is followed by the Bind
+		// and Execute it prepared for.
+		unitRuns, openRuns bool
+		// checkingPrimary: the session's primary backend sent a FATAL
+		// error and its reader is finding out whether the server is up
+		// (then the backend was terminated, and so is the session); units
+		// wait.
+		checkingPrimary bool
+		// queueCancel ends the wait of a unit for a server connection
+		// (acquireConn) with errQueuedCancel: a CancelRequest that arrives
+		// while nothing of the session runs (cancelRunning). Set only
+		// during that wait.
+		queueCancel context.CancelCauseFunc
 
-	pinned  string // why the session is pinned to the primary; "" when it is not
-	unitErr bool   // an ErrorResponse reached the client since the last idle point
-	errDone uint64 // doneSeq when the last one did: the unit it answered
-	lastTag string // the last CommandComplete tag relayed
+		pinned  string // why the session is pinned to the primary; "" when it is not
+		unitErr bool   // an ErrorResponse reached the client since the last idle point
+		errDone uint64 // doneSeq when the last one did: the unit it answered
+		lastTag string // the last CommandComplete tag relayed
 
-	// Session state replayed on every server the session uses.
-	startup     []setting // from the startup packet
-	session     []setting // from SET outside SET LOCAL, in order; Reset entries remove
-	settingsKey string    // settingsQuery of startup+session settings, as servers record it
-	discardGen  uint64    // bumped by DISCARD ALL / DEALLOCATE ALL
-	// undo: statement changes the server refused or skipped, to undo on
-	// the client's side (applyClientUndo); under mu, hasUndo says so
-	// without it.
-	undo    []stmtOp
-	hasUndo atomic.Bool
-	// movedEffects: the unit in progress moved from a replica to the
-	// primary with SETs recorded (endReplicaStream); cleared when it ends.
-	// Under mu.
-	movedEffects bool
-	// inferred: parameter types servers described for the client's
-	// statements, by Parse body (under mu; stand-ins use them).
-	inferred map[string][]uint32
-	// shapes: the RowDescription body (shapeNoData for NoData) a server
-	// gave the client for a Describe of its statement, by Parse body
-	// (under mu; shapeChanged compares a re-Parse's with it).
-	shapes  map[string]string
-	effects []effect // of the units in progress, applied when theirs ends well
-	// unitSeq counts the client's units written to servers (each ended by
-	// a Sync or Query), doneSeq their ReadyForQuery: pipelined units'
-	// effects apply or not each with its own unit.
-	unitSeq, doneSeq uint64
-	lastIdleDone     uint64 // doneSeq at the last ReadyForQuery 'I' from a server
-	// portalsEnd: the portals of units before it end with a unit already
-	// routed (a COMMIT, ROLLBACK or an implicit transaction's Sync not yet
-	// answered: a pipeline); predOpen: a routed unit opened a block.
-	portalsEnd uint64
-	predOpen   bool
-	// localOpen: a batch the proxy answered alone ended with Flush, so
-	// its implicit transaction, and the portals it made, go on.
-	localOpen bool
-	// restored: the startup values a RESET of the unit reset were set
-	// again on its server right after it (afterUnit), so the server's
-	// settings are the session's (not settingsUnknown).
-	restored bool
+		// Session state replayed on every server the session uses.
+		startup     []setting // from the startup packet
+		session     []setting // from SET outside SET LOCAL, in order; Reset entries remove
+		settingsKey string    // settingsQuery of startup+session settings, as servers record it
+		discardGen  uint64    // bumped by DISCARD ALL / DEALLOCATE ALL
+		// undo: statement changes the server refused or skipped, to undo
+		// on the client's side (applyClientUndo); hasUndo says so without
+		// mu.
+		undo []stmtOp
+		// movedEffects: the unit in progress moved from a replica to the
+		// primary with SETs recorded (endReplicaStream); cleared when it
+		// ends.
+		movedEffects bool
+		// inferred: parameter types servers described for the client's
+		// statements, by Parse body (stand-ins use them).
+		inferred map[string][]uint32
+		// shapes: the RowDescription body (shapeNoData for NoData) a
+		// server gave the client for a Describe of its statement, by Parse
+		// body (shapeChanged compares a re-Parse's with it).
+		shapes  map[string]string
+		effects []effect // of the units in progress, applied when theirs ends well
+		// unitSeq counts the client's units written to servers (each ended
+		// by a Sync or Query), doneSeq their ReadyForQuery: pipelined
+		// units' effects apply or not each with its own unit.
+		unitSeq, doneSeq uint64
+		lastIdleDone     uint64 // doneSeq at the last ReadyForQuery 'I' from a server
+		// restored: the startup values a RESET of the unit reset were set
+		// again on its server right after it (afterUnit), so the server's
+		// settings are the session's (not settingsUnknown).
+		restored bool
 
-	last       lastRoute        // SHOW pg_kinetic.last_route (under mu)
-	counters   []sessionCounter // decisionCounter (session goroutine)
-	unitStart  time.Time
-	unitTarget string
-	connected  time.Time
-	queryClass string // SET pg_kinetic.query_class / startup parameter
+		last       lastRoute // SHOW pg_kinetic.last_route
+		unitStart  time.Time
+		unitTarget string
 
-	// Freshness (SPEC §5), under mu.
-	fresh     sessionFreshness
-	lastWrite time.Time // for sticky_primary_window_ms
-	routeName string    // the session's route, for PAUSE (set at connect)
-	// commitInFlight: a unit that may commit (mayCommit) was sent to the
-	// primary and not all ReadyForQuery are in yet (under mu).
-	commitInFlight bool
-	fallback       *fallbackSlot // a primary fallback this session holds until its unit ends
+		// Freshness (SPEC §5).
+		fresh     sessionFreshness
+		routeName string // the session's route, for PAUSE (set at connect)
+		// commitInFlight: a unit that may commit (mayCommit) was sent to
+		// the primary and not all ReadyForQuery are in yet.
+		commitInFlight bool
+		fallback       *fallbackSlot // a primary fallback this session holds until its unit ends
 
-	// awaiting is a replica link running a retryable read; answered turns
-	// true when the first byte of its answer is about to reach the client.
-	awaiting *link
-	answered bool
+		// awaiting is a replica link running a retryable read; answered
+		// turns true when the first byte of its answer is about to reach
+		// the client.
+		awaiting *link
+		answered bool
 
-	// tmo: what the janitor needs for the client timeouts (timeouts.go).
-	tmo sessionTimeouts
+		// tmo: what the janitor needs for the client timeouts
+		// (timeouts.go).
+		tmo sessionTimeouts
+	}
 }
 
 // send writes proxy-generated messages to the client and flushes.
@@ -366,7 +383,7 @@ func (ss *session) send(msgs ...wire.Encoder) error {
 // idleLocked reports whether the server owes nothing and no transaction or
 // unsynced batch is open. Callers hold ss.mu.
 func (ss *session) idleLocked() bool {
-	return ss.pending == 0 && !ss.unsynced && ss.tx == 'I'
+	return ss.mu.pending == 0 && !ss.mu.unsynced && ss.mu.tx == 'I'
 }
 
 // drain asks the session to end at its next idle point (Shutdown): now
@@ -376,8 +393,8 @@ func (ss *session) idleLocked() bool {
 // its first query; closing it now would fail that query.
 func (ss *session) drain() {
 	ss.mu.Lock()
-	ss.draining = true
-	idle := ss.started && ss.idleLocked() && ss.unitRuns
+	ss.mu.draining = true
+	idle := ss.mu.started && ss.idleLocked() && ss.mu.unitRuns
 	ss.mu.Unlock()
 	if idle {
 		ss.killWithin(fatalf(codeAdminShutdown, "terminating connection due to administrator command"), idleKillPatience)
@@ -415,11 +432,11 @@ func (ss *session) kill(err *clientError) { ss.killWithin(err, 0) }
 // killWithin is kill waiting up to patience for the write lock to send err.
 func (ss *session) killWithin(err *clientError, patience time.Duration) {
 	ss.mu.Lock()
-	if ss.killed {
+	if ss.mu.killed {
 		ss.mu.Unlock()
 		return
 	}
-	ss.killed = true
+	ss.mu.killed = true
 	ss.turn.Broadcast()
 	ss.readers.Broadcast()
 	ss.mu.Unlock()
@@ -470,16 +487,16 @@ func (ss *session) endWithServerError(body []byte) {
 func (ss *session) awaitPrimaryCheck() (killed bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for ss.checkingPrimary && !ss.killed {
+	for ss.mu.checkingPrimary && !ss.mu.killed {
 		ss.turn.Wait()
 	}
-	return ss.killed
+	return ss.mu.killed
 }
 
 func (ss *session) isKilled() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.killed
+	return ss.mu.killed
 }
 
 var _ wire.Encoder = (*pgproto3.ErrorResponse)(nil)

@@ -127,7 +127,7 @@ func quoteLiteral(s string) string {
 // values a unit's RESET, RESET ALL or DISCARD ALL returns to the server's
 // defaults (a later SET in the unit wins), "" if none.
 func (ss *session) restoreQuery(ds []*classified) string {
-	if len(ss.startup) == 0 {
+	if len(ss.mu.startup) == 0 {
 		return ""
 	}
 	all := false
@@ -146,7 +146,7 @@ func (ss *session) restoreQuery(ds []*classified) string {
 		}
 	}
 	var out []setting
-	for _, s := range ss.startup {
+	for _, s := range ss.mu.startup {
 		reset, named := last[strings.ToLower(s.name)]
 		if named && reset || !named && all {
 			out = append(out, s)

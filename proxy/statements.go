@@ -331,10 +331,10 @@ func (ss *session) noteInferredLocked(parse string, body []byte) {
 	if pd.Decode(body) != nil || slices.Contains(pd.ParameterOIDs, 0) {
 		return // (a stand-in's, with a type left to the server)
 	}
-	if ss.inferred == nil || len(ss.inferred) >= maxInferred {
-		ss.inferred = map[string][]uint32{}
+	if ss.mu.inferred == nil || len(ss.mu.inferred) >= maxInferred {
+		ss.mu.inferred = map[string][]uint32{}
 	}
-	ss.inferred[parse] = pd.ParameterOIDs
+	ss.mu.inferred[parse] = pd.ParameterOIDs
 }
 
 // learnTypes reports whether the client's Parse (body), about to be
@@ -365,7 +365,7 @@ func (ss *session) learnTypes(l *link, body []byte, written int, describedBefore
 		return false
 	}
 	ss.mu.Lock()
-	_, known := ss.inferred[string(body)]
+	_, known := ss.mu.inferred[string(body)]
 	// (Batches pipelined before this one may be in flight: their
 	// answers come before this batch's, and the Describe's answer is
 	// matched within this batch only: stepLocked.)
@@ -426,7 +426,7 @@ func (ss *session) standIn(l *link, p *pgproto3.Parse, parse string, use byte) (
 		// Types the server infers: known if a Describe of the same
 		// statement told them.
 		ss.mu.Lock()
-		if have, ok := ss.inferred[parse]; ok && len(have) == info.Params {
+		if have, ok := ss.mu.inferred[parse]; ok && len(have) == info.Params {
 			oids = have
 		}
 		ss.mu.Unlock()
@@ -442,7 +442,7 @@ func (ss *session) standInUse(l *link, use byte) bool {
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.tx == 'E' && l.batches == l.rfqs && !l.executed
+	return ss.mu.tx == 'E' && l.batches == l.rfqs && !l.executed
 }
 
 // standInFor is the stand-in Parse of statement name, described by info,
@@ -549,7 +549,7 @@ func (ss *session) makeRoom(l *link, b *batch, ds []*classified) error {
 	// Inside a client's batch under way, the answer to a Close of the
 	// proxy's could not be told from the answers still due to the
 	// client's messages before it (a Close of its own).
-	busy := ss.unsynced
+	busy := ss.mu.unsynced
 	// Names with an answer or an undo still to come stay: the record of
 	// them is settled when it arrives.
 	for _, ops := range [][]stmtOp{l.ops, l.undo} {
@@ -1201,7 +1201,7 @@ func (ss *session) batchFailedLocked(l *link) {
 		}
 		if op.batch == l.rfqs && !op.noop {
 			l.undo = append(l.undo, op)
-			ss.undo = append(ss.undo, op)
+			ss.mu.undo = append(ss.mu.undo, op)
 			ss.hasUndo.Store(true)
 		} else if op.batch != l.rfqs {
 			kept = append(kept, op)
@@ -1220,8 +1220,8 @@ func (ss *session) applyClientUndo() {
 		return
 	}
 	ss.mu.Lock()
-	ops := ss.undo
-	ss.undo = nil
+	ops := ss.mu.undo
+	ss.mu.undo = nil
 	ss.hasUndo.Store(false)
 	ss.mu.Unlock()
 	ss.undoClient(ops)
@@ -1235,8 +1235,8 @@ func (ss *session) takeUndo(l *link) {
 	if len(l.undo) > 0 {
 		l.applyServerUndoLocked()
 	}
-	ops := ss.undo
-	ss.undo = nil
+	ops := ss.mu.undo
+	ss.mu.undo = nil
 	ss.hasUndo.Store(false)
 	ss.mu.Unlock()
 	ss.undoClient(ops)
@@ -1263,10 +1263,10 @@ func (ss *session) settleBatches(l *link) (bool, error) {
 		return false, errServerGone
 	}
 	ss.mu.Lock()
-	for l.rfqs < l.batches && !l.dead && !ss.killed {
+	for l.rfqs < l.batches && !l.dead && !ss.mu.killed {
 		ss.turn.Wait()
 	}
-	gone := l.dead || ss.killed
+	gone := l.dead || ss.mu.killed
 	ss.mu.Unlock()
 	if gone {
 		return false, errServerGone
@@ -1286,7 +1286,7 @@ func (ss *session) settleOps(l *link, name string) {
 	// A DEALLOCATE ALL or DISCARD ALL ('X') forgot every name: one the
 	// server refuses brings them back (undoClient).
 	pending := func(op stmtOp) bool { return (op.name == name || op.kind == 'X') && !op.noop && op.batch < l.batches }
-	for !l.dead && !ss.killed && slices.ContainsFunc(l.ops, pending) {
+	for !l.dead && !ss.mu.killed && slices.ContainsFunc(l.ops, pending) {
 		ss.turn.Wait()
 		waited = true
 	}
@@ -1693,10 +1693,10 @@ func (ss *session) noteShapeLocked(l *link, typ byte, body []byte) {
 		return
 	}
 	if typ == 'T' || typ == 'n' {
-		if ss.shapes == nil || len(ss.shapes) >= maxInferred {
-			ss.shapes = map[string]string{}
+		if ss.mu.shapes == nil || len(ss.mu.shapes) >= maxInferred {
+			ss.mu.shapes = map[string]string{}
 		}
-		ss.shapes[l.shapeNext] = shapeOf(typ, body)
+		ss.mu.shapes[l.shapeNext] = shapeOf(typ, body)
 	}
 	l.shapeNext = ""
 }
@@ -1720,8 +1720,8 @@ func (ss *session) forgetUnusedBody(parse string) {
 		}
 	}
 	ss.mu.Lock()
-	delete(ss.inferred, string(parse))
-	delete(ss.shapes, string(parse))
+	delete(ss.mu.inferred, string(parse))
+	delete(ss.mu.shapes, string(parse))
 	ss.mu.Unlock()
 }
 
@@ -1729,7 +1729,7 @@ func (ss *session) forgetUnusedBody(parse string) {
 // again: the Describe that follows it tells the current one.
 func (ss *session) forgetShape(parse string) {
 	ss.mu.Lock()
-	delete(ss.shapes, parse)
+	delete(ss.mu.shapes, parse)
 	ss.mu.Unlock()
 }
 
@@ -1759,12 +1759,12 @@ func (ss *session) forgetShape(parse string) {
 // implicit transaction holding the portals and SETs made again for it.
 func (ss *session) shapeChanged(l *link, name, parse string) (changed, redo bool, err error) {
 	ss.mu.Lock()
-	told, ok := ss.shapes[parse]
-	if !ok || ss.tx == 'E' || ss.pending > 0 || ss.midBatch || l.failed == l.batches+1 {
+	told, ok := ss.mu.shapes[parse]
+	if !ok || ss.mu.tx == 'E' || ss.mu.pending > 0 || ss.midBatch || l.failed == l.batches+1 {
 		ss.mu.Unlock()
 		return false, false, nil
 	}
-	synced := ss.tx == 'I' && !ss.restOpen
+	synced := ss.mu.tx == 'I' && !ss.restOpen
 	batch := l.batches
 	l.swallow = append(l.swallow, expect{kind: 'd', batch: batch})
 	l.shape, l.shapeGot = shapePending, ""
@@ -1792,17 +1792,17 @@ func (ss *session) shapeChanged(l *link, name, parse string) (changed, redo bool
 	}
 	ss.mu.Lock()
 	if synced {
-		for l.rfqs <= batch && !l.dead && !ss.killed {
+		for l.rfqs <= batch && !l.dead && !ss.mu.killed {
 			ss.turn.Wait()
 		}
 	} else {
-		for l.shape == shapePending && !l.dead && !ss.killed && l.failed != batch+1 {
+		for l.shape == shapePending && !l.dead && !ss.mu.killed && l.failed != batch+1 {
 			ss.turn.Wait()
 		}
 	}
 	shape, got := l.shape, l.shapeGot
 	l.shape = shapeNone
-	dead := l.dead || ss.killed
+	dead := l.dead || ss.mu.killed
 	ss.mu.Unlock()
 	switch {
 	case shape == shapeDone:

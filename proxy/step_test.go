@@ -12,10 +12,10 @@ func stepSession(l *link) *session {
 	ss := &session{
 		route: &config.Route{Replicas: []config.Endpoint{{Address: "r:5432"}},
 			ReadRouting: config.ReadRouting{ReadRoutingMode: config.RoutingPreferReplica}},
-		tx: 'I',
 	}
+	ss.mu.tx = 'I'
 	ss.initWaits()
-	ss.cur = l
+	ss.mu.cur = l
 	return ss
 }
 
@@ -154,9 +154,9 @@ func TestStepLocked(t *testing.T) {
 		t.Run(tc.rule, func(t *testing.T) {
 			l := link{swallow: tc.link.swallow, barrier: tc.link.barrier, rfqs: tc.link.rfqs, batches: tc.link.batches, replica: tc.link.replica}
 			ss := stepSession(&l)
-			ss.tx = tc.tx
+			ss.mu.tx = tc.tx
 			if l.replica {
-				ss.cur = nil
+				ss.mu.cur = nil
 			}
 			var st relayStep
 			ss.mu.Lock()

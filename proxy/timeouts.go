@@ -85,7 +85,7 @@ func (ss *session) queryTimed() bool { return ss.cfg != nil && ss.cfg.Server.Que
 // noteClientMessage records a message from the client (session goroutine).
 func (ss *session) noteClientMessage() {
 	if ss.idleWatched() {
-		ss.tmo.clientAt.Store(time.Now().UnixNano())
+		ss.mu.tmo.clientAt.Store(time.Now().UnixNano())
 	}
 }
 
@@ -93,8 +93,8 @@ func (ss *session) noteClientMessage() {
 // first one unanswered starts the query_timeout_ms clock. Callers hold
 // ss.mu, after counting the unit in pending.
 func (ss *session) noteUnitSentLocked() {
-	if ss.pending == 1 && ss.queryTimed() {
-		ss.tmo.unitAt = time.Now()
+	if ss.mu.pending == 1 && ss.queryTimed() {
+		ss.mu.tmo.unitAt = time.Now()
 	}
 }
 
@@ -104,10 +104,10 @@ func (ss *session) noteUnitSentLocked() {
 func (ss *session) noteReadyLocked(l *link) {
 	l.queryTimedOut.Store(false)
 	switch {
-	case ss.pending > 0 && ss.queryTimed():
-		ss.tmo.unitAt = time.Now()
-	case ss.pending == 0 && ss.idleWatched():
-		ss.tmo.idleAt = time.Now()
+	case ss.mu.pending > 0 && ss.queryTimed():
+		ss.mu.tmo.unitAt = time.Now()
+	case ss.mu.pending == 0 && ss.idleWatched():
+		ss.mu.tmo.idleAt = time.Now()
 	}
 }
 
@@ -125,17 +125,17 @@ func (ss *session) checkTimeouts(now time.Time) {
 	}
 	cs := &ss.cfg.Server
 	ss.mu.Lock()
-	if !ss.started || ss.killed || ss.draining {
+	if !ss.mu.started || ss.mu.killed || ss.mu.draining {
 		ss.mu.Unlock() // still logging in, or ending anyway
 		return
 	}
-	if ss.pending > 0 {
+	if ss.mu.pending > 0 {
 		qt := cs.QueryTimeout()
-		due := qt > 0 && !ss.tmo.unitAt.IsZero() && now.Sub(ss.tmo.unitAt) >= qt && !ss.tmo.cancelled.Equal(ss.tmo.unitAt)
+		due := qt > 0 && !ss.mu.tmo.unitAt.IsZero() && now.Sub(ss.mu.tmo.unitAt) >= qt && !ss.mu.tmo.cancelled.Equal(ss.mu.tmo.unitAt)
 		if due {
-			ss.tmo.cancelled = ss.tmo.unitAt
+			ss.mu.tmo.cancelled = ss.mu.tmo.unitAt
 		}
-		unit := ss.tmo.cancelled
+		unit := ss.mu.tmo.cancelled
 		ss.mu.Unlock()
 		if due {
 			ss.log.Info("query_timeout_ms expired: cancelling the unit on its server", zap.Duration("query_timeout", qt))
@@ -147,17 +147,17 @@ func (ss *session) checkTimeouts(now time.Time) {
 		}
 		return
 	}
-	if ss.unsynced {
+	if ss.mu.unsynced {
 		ss.mu.Unlock()
 		return
 	}
 	since := ss.connected
-	for _, t := range []time.Time{ss.tmo.idleAt, time.Unix(0, ss.tmo.clientAt.Load())} {
+	for _, t := range []time.Time{ss.mu.tmo.idleAt, time.Unix(0, ss.mu.tmo.clientAt.Load())} {
 		if t.After(since) {
 			since = t
 		}
 	}
-	limit, inTx := cs.ClientIdleTimeout(), ss.tx != 'I'
+	limit, inTx := cs.ClientIdleTimeout(), ss.mu.tx != 'I'
 	if inTx {
 		limit = cs.IdleTransactionTimeout()
 	}
@@ -187,7 +187,7 @@ func (ss *session) awaitTimeoutCancel(l *link) {
 		return
 	}
 	ss.mu.Lock()
-	for l.cancelling.Load() && !ss.killed {
+	for l.cancelling.Load() && !ss.mu.killed {
 		ss.readers.Wait()
 	}
 	ss.mu.Unlock()
