@@ -161,28 +161,11 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			return true, nil
 		}
 		if skip {
-			if err := wire.Discard(ss.r, h.Len); err != nil {
-				return false, errClientGone{err}
+			synced, boundary, err := ss.skipMessage(h)
+			if err != nil {
+				return boundary, err
 			}
-			if h.Type == 'S' {
-				skip = false
-				if l := ss.stream; l != nil {
-					// The open unit's server skips to Sync too, after the
-					// error the proxy made it fail with: it answers.
-					var sync batch
-					sync.add('S', nil)
-					if err := ss.write(l, &sync); err != nil {
-						return false, err
-					}
-					if err := ss.endStream(l, 'S'); err != nil {
-						return false, err
-					}
-					continue
-				}
-				if err := ss.send(&pgproto3.ReadyForQuery{TxStatus: ss.txStatus()}); err != nil {
-					return true, errClientGone{err}
-				}
-			}
+			skip = !synced
 			continue
 		}
 
@@ -208,73 +191,8 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 		// Messages of a unit already routed (after a Flush, or an
 		// oversized batch), and COPY data, follow their unit's server.
 		if ss.stream != nil || len(b.msgs) == 0 && (h.Type == 'd' || h.Type == 'c' || h.Type == 'f') {
-			l := ss.stream
-			if l == nil {
-				l = ss.curLink()
-			}
-			if ss.stream != nil && isLocalCandidate(h) {
-				// A message of an open unit the proxy may answer itself.
-				var one batch
-				if err := one.read(ss.r, h); err != nil {
-					return false, errClientGone{err}
-				}
-				if plan := ss.localPlan(&one); plan != nil {
-					open, skipRest, err := ss.runWithLocal(&one, plan, l)
-					if err != nil {
-						return false, err
-					}
-					ss.stream, skip = open, skipRest
-					continue
-				}
-				if l.replica && ss.leavesReplica(&one) {
-					// A write (or a statement for the primary) after a read
-					// that a Flush sent to a replica: the replica's part
-					// ends there, and the rest of the unit is routed anew
-					// (with the part's open portals: replay.go).
-					moved, err := ss.endReplicaStream(l)
-					if err != nil {
-						return false, err
-					}
-					if moved {
-						ss.replayDue, ss.replay = ss.replay, nil
-						b.add(one.msgs[0].typ, one.body(one.msgs[0]))
-						continue
-					}
-				}
-				if err := ss.forwardOne(l, &one); err != nil {
-					return false, err
-				}
-				continue
-			}
-			if ss.stream != nil && !l.replica && (h.Type == 'B' || h.Type == 'Q' || h.Type == 'F') {
-				// Not read before it is forwarded (large, or a call
-				// that ends the unit): it may write, or end the block.
-				ss.streamUnit.read, ss.streamUnit.txEnd = false, true
-			}
-			if ss.stream != nil && (h.Type == 'Q' || h.Type == 'F') {
-				if run, err := ss.streamedCall(l); err != nil {
-					return false, err
-				} else if !run {
-					if err := wire.Discard(ss.r, h.Len); err != nil {
-						return false, errClientGone{err}
-					}
-					continue
-				}
-			}
-			if ss.stream == nil && l != nil && !ss.claimLink(l) {
-				// (COPY data: the copy's connection, claimed while the
-				// message is written, so it cannot go back to the pool
-				// under the write; gone: the data is dropped.)
-				l = nil
-			}
-			err := ss.forwardStreamed(l, h)
-			if ss.stream == nil {
-				ss.unclaim(l)
-			}
-			if err != nil {
-				return false, err
-			}
-			if err := ss.endStream(l, h.Type); err != nil {
+			var err error
+			if skip, err = ss.followStream(h, &b); err != nil {
 				return false, err
 			}
 			continue
@@ -357,6 +275,114 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			}
 		}
 	}
+}
+
+// skipMessage drops a message of a unit the proxy failed (a rejected open
+// batch) up to its Sync, which it answers: the open unit's server, which
+// skips to Sync after the error the proxy made it fail with, answers it;
+// otherwise the proxy does. synced: this was the Sync. An error ends the
+// session, at a message boundary when boundary.
+func (ss *session) skipMessage(h wire.Header) (synced, boundary bool, err error) {
+	if err := wire.Discard(ss.r, h.Len); err != nil {
+		return false, false, errClientGone{err}
+	}
+	if h.Type == 'S' {
+		if l := ss.stream; l != nil {
+			// The open unit's server skips to Sync too, after the
+			// error the proxy made it fail with: it answers.
+			var sync batch
+			sync.add('S', nil)
+			if err := ss.write(l, &sync); err != nil {
+				return true, false, err
+			}
+			if err := ss.endStream(l, 'S'); err != nil {
+				return true, false, err
+			}
+			return true, false, nil
+		}
+		if err := ss.send(&pgproto3.ReadyForQuery{TxStatus: ss.txStatus()}); err != nil {
+			return true, true, errClientGone{err}
+		}
+	}
+	return h.Type == 'S', false, nil
+}
+
+// followStream forwards a message of a unit already routed (after a
+// Flush, or an oversized batch), or COPY data, to that unit's server.
+// A message of the open unit the proxy answers itself is answered
+// (skip: the unit failed, drop the rest up to Sync); a write after a
+// replica's part moves the rest of the unit, which b then collects.
+func (ss *session) followStream(h wire.Header, b *batch) (skip bool, err error) {
+	l := ss.stream
+	if l == nil {
+		l = ss.curLink()
+	}
+	if ss.stream != nil && isLocalCandidate(h) {
+		// A message of an open unit the proxy may answer itself.
+		var one batch
+		if err := one.read(ss.r, h); err != nil {
+			return false, errClientGone{err}
+		}
+		if plan := ss.localPlan(&one); plan != nil {
+			open, skipRest, err := ss.runWithLocal(&one, plan, l)
+			if err != nil {
+				return false, err
+			}
+			ss.stream = open
+			return skipRest, nil
+		}
+		if l.replica && ss.leavesReplica(&one) {
+			// A write (or a statement for the primary) after a read
+			// that a Flush sent to a replica: the replica's part
+			// ends there, and the rest of the unit is routed anew
+			// (with the part's open portals: replay.go).
+			moved, err := ss.endReplicaStream(l)
+			if err != nil {
+				return false, err
+			}
+			if moved {
+				ss.replayDue, ss.replay = ss.replay, nil
+				b.add(one.msgs[0].typ, one.body(one.msgs[0]))
+				return false, nil
+			}
+		}
+		if err := ss.forwardOne(l, &one); err != nil {
+			return false, err
+		}
+		return false, nil
+	}
+	if ss.stream != nil && !l.replica && (h.Type == 'B' || h.Type == 'Q' || h.Type == 'F') {
+		// Not read before it is forwarded (large, or a call
+		// that ends the unit): it may write, or end the block.
+		ss.streamUnit.read, ss.streamUnit.txEnd = false, true
+	}
+	if ss.stream != nil && (h.Type == 'Q' || h.Type == 'F') {
+		if run, err := ss.streamedCall(l); err != nil {
+			return false, err
+		} else if !run {
+			if err := wire.Discard(ss.r, h.Len); err != nil {
+				return false, errClientGone{err}
+			}
+			return false, nil
+		}
+	}
+	if ss.stream == nil && l != nil && !ss.claimLink(l) {
+		// (COPY data: the copy's connection, claimed while the
+		// message is written, so it cannot go back to the pool
+		// under the write; gone: the data is dropped.)
+		l = nil
+	}
+	err = ss.forwardStreamed(l, h)
+	if ss.stream == nil {
+		ss.unclaim(l)
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := ss.endStream(l, h.Type); err != nil {
+		return false, err
+	}
+	return false, nil
 }
 
 // openUnit routes b, extended messages a Query or FunctionCall follows
@@ -1155,7 +1181,6 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		fallback string
 		req      freshness.Requirement
 		d        decision
-		l        *link
 		ff       fallbackFacts
 	)
 	tried := map[string]bool{}
@@ -1201,92 +1226,17 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		if d.target == targetRejected {
 			return nil, ss.reject(d, open)
 		}
-		if d.target == targetPrimary {
-			var err error
-			if l, err = ss.primaryLink(); err != nil {
-				if errors.Is(err, errQueuedCancel) {
-					return nil, ss.failUnit(queryCanceled(), open)
-				}
-				if ce, ok := err.(*clientError); ok && ce.severity == "FATAL" {
-					return nil, ce // the session ends (a primary change under its transaction)
-				}
-				if u.read && isFallback(d.reason) && !ff.waited {
-					// The primary went down before its probe told: a
-					// replica, or the primary a failover elects, may
-					// serve the read after a wait (planFallback).
-					ff.primaryDown = true
-					ss.mu.Lock()
-					ss.holdFallbackLocked(nil)
-					ss.mu.Unlock()
-					continue
-				}
-				e := errorResponse(err)
-				if u.read && d.reason != "" {
-					// A read no replica could serve: say why it needed
-					// the primary.
-					e.Detail = strings.TrimPrefix(e.Detail+"; ", "; ") + "the read needed the primary: " + d.reason
-					ss.setLastRoute(targetRejected, d.reason, "", "")
-				}
-				return nil, ss.failUnit(e, open)
-			}
-			if primaryV.Addr != "" && l.addr != primaryV.Addr && replans < maxReplans {
-				// Another primary was elected since the plan: plan
-				// again against it (a write told lost, a token carried)
-				// before anything goes there.
-				ss.unclaim(l)
-				replans++
-				planned = false
-				continue
-			}
-		} else {
-			var err error
-			if l, err = ss.replicaLink(d.addr); err != nil {
-				if errors.Is(err, errQueuedCancel) {
-					return nil, ss.failUnit(queryCanceled(), open)
-				}
-				// The replica refused: skip it for a while and decide
-				// again, with the same unit, elsewhere (fallback_policy
-				// applies).
-				tried[d.addr] = true
-				ss.log.Info("replica unavailable for a read; trying elsewhere", zap.String("server", d.addr), zap.Error(err))
-				continue
-			}
-		}
-		ss.takeUndo(l) // (the snapshot below is of the settled record)
-		if err := ss.makeRoom(l, b, decisions); err != nil {
-			ss.unclaim(l)
-			return nil, errServerGone
-		}
-		sqlOp, hasSQLOp := ss.sqlStatementOp(l, b, decisions)
-		if err := ss.prepareLink(l, decisions); err != nil {
-			ss.unclaim(l)
+		l, step, err := ss.acquireLink(d, u, primaryV, &ff, tried, &replans, open)
+		switch step {
+		case acquireDone:
 			return nil, err
+		case acquireReplan:
+			planned = false
+			continue
+		case acquireAgain:
+			continue
 		}
-		ss.recordRoute(d, decisions)
-		if hasSQLOp {
-			ss.noteStmtOp(l, sqlOp)
-		}
-		if len(b.msgs) == 1 && b.msgs[0].typ == 'Q' {
-			ss.discardNow(l, decisions)
-		}
-		ss.noteResets(l, decisions)
-		if d.target == targetReplica && class.label {
-			// label_staleness: the answer says how stale it may be.
-			ss.send(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "01000",
-				Message: fmt.Sprintf("pg-kinetic: served by a replica with lag_ms=%d", d.lagMS)})
-		}
-		if !u.read {
-			ss.mu.Lock()
-			ss.lastWrite = time.Now()
-			ss.mu.Unlock()
-		}
-		if !retryable {
-			if err := ss.sendUnit(l, b, u, open); err != nil {
-				return nil, err
-			}
-			return l, nil
-		}
-		lost, err := ss.sendRetryable(l, b, u, open)
+		lost, err := ss.sendTo(l, b, u, d, decisions, class, open, retryable)
 		if err != nil {
 			return nil, err
 		}
@@ -1297,16 +1247,129 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 			return nil, fatalf(codeConnectionFailure, "pg-kinetic: lost the connection to the server")
 		}
 		tried[d.addr] = true
-		ss.srv.backoff.failed(d.addr, time.Now())
-		cause := "connection_lost"
-		ss.mu.Lock()
-		if l.abandoned {
-			cause = "unreachable"
-		}
-		ss.mu.Unlock()
-		ss.srv.metrics.ReadRetry(ss.route.Name, d.addr, cause)
-		ss.log.Warn("replica failed before answering a read; retrying it elsewhere", zap.String("server", d.addr), zap.String("cause", cause))
+		ss.readLost(l, d.addr)
 	}
+}
+
+// acquireStep says what routeBatch does after acquireLink.
+type acquireStep int
+
+const (
+	acquired      acquireStep = iota // the link is the unit's: send it
+	acquireAgain                     // decide again (a replica refused, or the primary went down under a read)
+	acquireReplan                    // another primary was elected since the plan: plan again
+	acquireDone                      // the unit ends with acquireLink's error (nil: failed to the client, the session goes on)
+)
+
+// acquireLink gets the server connection decision d names: the session's
+// primary link or a replica's. A replica that refuses is marked tried
+// (fallback_policy then applies); a read whose primary turns out to be
+// down waits for a replica or the election (planFallback), once; a
+// primary other than the one planned against means a new plan.
+func (ss *session) acquireLink(d decision, u unitInfo, primaryV health.Verdict, ff *fallbackFacts, tried map[string]bool, replans *int, open bool) (l *link, _ acquireStep, err error) {
+	if d.target == targetPrimary {
+		if l, err = ss.primaryLink(); err != nil {
+			if errors.Is(err, errQueuedCancel) {
+				return nil, acquireDone, ss.failUnit(queryCanceled(), open)
+			}
+			if ce, ok := err.(*clientError); ok && ce.severity == "FATAL" {
+				return nil, acquireDone, ce // the session ends (a primary change under its transaction)
+			}
+			if u.read && isFallback(d.reason) && !ff.waited {
+				// The primary went down before its probe told: a
+				// replica, or the primary a failover elects, may
+				// serve the read after a wait (planFallback).
+				ff.primaryDown = true
+				ss.mu.Lock()
+				ss.holdFallbackLocked(nil)
+				ss.mu.Unlock()
+				return nil, acquireAgain, nil
+			}
+			e := errorResponse(err)
+			if u.read && d.reason != "" {
+				// A read no replica could serve: say why it needed
+				// the primary.
+				e.Detail = strings.TrimPrefix(e.Detail+"; ", "; ") + "the read needed the primary: " + d.reason
+				ss.setLastRoute(targetRejected, d.reason, "", "")
+			}
+			return nil, acquireDone, ss.failUnit(e, open)
+		}
+		if primaryV.Addr != "" && l.addr != primaryV.Addr && *replans < maxReplans {
+			// Another primary was elected since the plan: plan
+			// again against it (a write told lost, a token carried)
+			// before anything goes there.
+			ss.unclaim(l)
+			(*replans)++
+			return nil, acquireReplan, nil
+		}
+	} else {
+		if l, err = ss.replicaLink(d.addr); err != nil {
+			if errors.Is(err, errQueuedCancel) {
+				return nil, acquireDone, ss.failUnit(queryCanceled(), open)
+			}
+			// The replica refused: skip it for a while and decide
+			// again, with the same unit, elsewhere (fallback_policy
+			// applies).
+			tried[d.addr] = true
+			ss.log.Info("replica unavailable for a read; trying elsewhere", zap.String("server", d.addr), zap.Error(err))
+			return nil, acquireAgain, nil
+		}
+	}
+	return l, acquired, nil
+}
+
+// sendTo prepares l for the unit (room for its statements, the session's
+// settings and statements, the route record, the staleness notice) and
+// writes the unit. lost: l was a retryable read's replica and failed
+// before answering.
+func (ss *session) sendTo(l *link, b *batch, u unitInfo, d decision, decisions []*classified, class classPolicy, open, retryable bool) (lost bool, err error) {
+	ss.takeUndo(l) // (the snapshot below is of the settled record)
+	if err := ss.makeRoom(l, b, decisions); err != nil {
+		ss.unclaim(l)
+		return false, errServerGone
+	}
+	sqlOp, hasSQLOp := ss.sqlStatementOp(l, b, decisions)
+	if err := ss.prepareLink(l, decisions); err != nil {
+		ss.unclaim(l)
+		return false, err
+	}
+	ss.recordRoute(d, decisions)
+	if hasSQLOp {
+		ss.noteStmtOp(l, sqlOp)
+	}
+	if len(b.msgs) == 1 && b.msgs[0].typ == 'Q' {
+		ss.discardNow(l, decisions)
+	}
+	ss.noteResets(l, decisions)
+	if d.target == targetReplica && class.label {
+		// label_staleness: the answer says how stale it may be.
+		ss.send(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "01000",
+			Message: fmt.Sprintf("pg-kinetic: served by a replica with lag_ms=%d", d.lagMS)})
+	}
+	if !u.read {
+		ss.mu.Lock()
+		ss.lastWrite = time.Now()
+		ss.mu.Unlock()
+	}
+	if !retryable {
+		return false, ss.sendUnit(l, b, u, open)
+	}
+	return ss.sendRetryable(l, b, u, open)
+}
+
+// readLost notes a retryable read whose replica (addr, link l) failed
+// before answering: the replica backs off, the retry is counted and
+// logged.
+func (ss *session) readLost(l *link, addr string) {
+	ss.srv.backoff.failed(addr, time.Now())
+	cause := "connection_lost"
+	ss.mu.Lock()
+	if l.abandoned {
+		cause = "unreachable"
+	}
+	ss.mu.Unlock()
+	ss.srv.metrics.ReadRetry(ss.route.Name, addr, cause)
+	ss.log.Warn("replica failed before answering a read; retrying it elsewhere", zap.String("server", addr), zap.String("cause", cause))
 }
 
 // syncPrimary: after any session ran pg_terminate_backend, a

@@ -655,79 +655,12 @@ func (ss *session) serverToClient(l *link) error {
 			continue
 		}
 
-		if l.awaitingFirst.Load() && isPreamble(h.Type) && h.Len <= wire.MaxSmallBodyLen && len(l.held) < 1<<16 {
-			// ParseComplete, BindComplete, parameter and row descriptions
-			// of a retryable read are held back until its first row,
-			// completion or error: a replica that fails after sending
-			// only these has not answered, and the read may still run
-			// elsewhere (SPEC §7).
-			start := len(l.held)
-			l.held = append(l.held, h.Type, 0, 0, 0, 0)
-			binary.BigEndian.PutUint32(l.held[start+1:], uint32(h.Len+4))
-			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
-				l.held = l.held[:0]
-				ss.linkFailed(l, err, false)
-				return errServerGone
+		var held bool
+		if body, held, err = ss.retryableAnswer(l, h, body); held {
+			if err != nil {
+				return err
 			}
-			ss.mu.Lock()
-			if h.Type == 't' {
-				ss.paramsDescribedLocked(l, body)
-			} else {
-				ss.noteShapeLocked(l, h.Type, body)
-			}
-			ss.mu.Unlock()
-			l.held = append(l.held, body...)
 			continue
-		}
-		if l.awaitingFirst.Load() && h.Type == 'E' && h.Len <= wire.MaxSmallBodyLen*100 {
-			// A retryable read whose replica answers with a FATAL error
-			// (a shutdown racing the read): nothing reached the client
-			// yet, so the read runs once more elsewhere (SPEC §7).
-			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
-				ss.linkFailed(l, err, false)
-				return errServerGone
-			}
-			if isFatal(body) {
-				l.held = l.held[:0]
-				ss.linkFailed(l, errors.New(errorText(body)), false)
-				return errServerGone
-			}
-			body = ss.rewriteError(l, body)
-			h.Len = len(body)
-			// The held ParseCompletes confirm their Parses first: only
-			// what comes after them failed.
-			if err := ss.relayHeld(l); err != nil {
-				ss.conn.Close()
-				return err
-			}
-			ss.mu.Lock()
-			ss.serverErrorLocked(l)
-			ss.mu.Unlock()
-			if err := ss.relay(h, body); err != nil {
-				ss.conn.Close()
-				return err
-			}
-			l.awaitingFirst.Store(false)
-			ss.mu.Lock()
-			if ss.mu.awaiting == l && !ss.mu.answered {
-				ss.mu.answered = true
-				ss.turn.Broadcast()
-			}
-			ss.mu.Unlock()
-			continue
-		}
-		if l.awaitingFirst.Load() {
-			l.awaitingFirst.Store(false)
-			if err := ss.relayHeld(l); err != nil {
-				ss.conn.Close()
-				return err
-			}
-			ss.mu.Lock()
-			if ss.mu.awaiting == l && !ss.mu.answered {
-				ss.mu.answered = true
-				ss.turn.Broadcast()
-			}
-			ss.mu.Unlock()
 		}
 		if h.Type == 'S' && h.Len <= wire.MaxSmallBodyLen {
 			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
@@ -770,81 +703,9 @@ func (ss *session) serverToClient(l *link) error {
 			}
 			h.Len, preread = len(body), true
 		}
-		closeNow := false
-		ss.wmu.Lock()
-		werr := wire.WriteHeader(ss.out(), h)
-		switch {
-		case werr != nil:
-		case h.Type == '1' || h.Type == '3':
-			if err = wire.Copy(ss.out(), srv.R, h.Len); err != nil {
-				var we *wire.WriteError
-				if errors.As(err, &we) {
-					werr, err = we.Err, nil
-				}
-			}
-			ss.mu.Lock()
-			l.answered++
-			l.stmtAnsweredLocked(h.Type)
-			if h.Type == '3' && l.closes > 0 {
-				l.closes-- // a client's Close answered: no barrier waits past it
-			}
-			ss.turn.Broadcast() // settleOps may wait for it
-			ss.mu.Unlock()
-		case h.Type == 'Z' || h.Type == 'S' || (h.Type == 'E' || h.Type == 't') && h.Len <= wire.MaxSmallBodyLen*100 || h.Type == 'C':
-			if !preread {
-				if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
-					break
-				}
-			}
-			_, werr = ss.out().Write(body)
-			switch h.Type {
-			case 'Z':
-				if len(body) == 1 {
-					closeNow = ss.readyForQuery(l, body[0])
-				}
-			case 'S':
-				var ps pgproto3.ParameterStatus
-				if ps.Decode(body) == nil {
-					srv.Params[ps.Name] = ps.Value
-				}
-			case 'E':
-				sawFatal = isFatal(body)
-				ss.mu.Lock()
-				ss.serverErrorLocked(l)
-				ss.mu.Unlock()
-			case 't':
-				ss.mu.Lock()
-				ss.paramsDescribedLocked(l, body)
-				ss.mu.Unlock()
-			case 'C':
-				ss.mu.Lock()
-				l.answered++
-				ss.mu.Unlock()
-				ss.commandComplete(body)
-			}
-		case preread: // a RowDescription or NoData read for its shape
-			_, werr = ss.out().Write(body)
-			ss.mu.Lock()
-			l.answered++
-			ss.mu.Unlock()
-		default:
-			if answers(h.Type) {
-				ss.mu.Lock()
-				l.answered++
-				ss.mu.Unlock()
-			}
-			err = wire.Copy(ss.out(), srv.R, h.Len)
-			if err != nil {
-				var we *wire.WriteError
-				if errors.As(err, &we) {
-					werr, err = we.Err, nil
-				}
-			}
-		}
-		if werr == nil && err == nil && srv.R.Buffered() == 0 {
-			werr = ss.flushOut()
-		}
-		ss.wmu.Unlock()
+		var closeNow bool
+		var werr error
+		body, closeNow, werr, err = ss.copyToClient(l, h, body, preread, &sawFatal)
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return err // interrupted mid-message: the stream is unusable
@@ -865,6 +726,175 @@ func (ss *session) serverToClient(l *link) error {
 			return errReleased
 		}
 	}
+}
+
+// retryableAnswer handles a message from l while a retryable read there
+// has not answered the client yet (l.awaitingFirst): its preamble is held
+// back, a FATAL error fails the read over to another server (SPEC §7),
+// and any other message first releases what was held. held: the message
+// was consumed here, and err, if set, ends the reader; otherwise the
+// caller relays it.
+func (ss *session) retryableAnswer(l *link, h wire.Header, body []byte) (_ []byte, held bool, err error) {
+	srv := l.conn
+	if l.awaitingFirst.Load() && isPreamble(h.Type) && h.Len <= wire.MaxSmallBodyLen && len(l.held) < 1<<16 {
+		// ParseComplete, BindComplete, parameter and row descriptions
+		// of a retryable read are held back until its first row,
+		// completion or error: a replica that fails after sending
+		// only these has not answered, and the read may still run
+		// elsewhere (SPEC §7).
+		start := len(l.held)
+		l.held = append(l.held, h.Type, 0, 0, 0, 0)
+		binary.BigEndian.PutUint32(l.held[start+1:], uint32(h.Len+4))
+		if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
+			l.held = l.held[:0]
+			ss.linkFailed(l, err, false)
+			return body, true, errServerGone
+		}
+		ss.mu.Lock()
+		if h.Type == 't' {
+			ss.paramsDescribedLocked(l, body)
+		} else {
+			ss.noteShapeLocked(l, h.Type, body)
+		}
+		ss.mu.Unlock()
+		l.held = append(l.held, body...)
+		return body, true, nil
+	}
+	if l.awaitingFirst.Load() && h.Type == 'E' && h.Len <= wire.MaxSmallBodyLen*100 {
+		// A retryable read whose replica answers with a FATAL error
+		// (a shutdown racing the read): nothing reached the client
+		// yet, so the read runs once more elsewhere (SPEC §7).
+		if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
+			ss.linkFailed(l, err, false)
+			return body, true, errServerGone
+		}
+		if isFatal(body) {
+			l.held = l.held[:0]
+			ss.linkFailed(l, errors.New(errorText(body)), false)
+			return body, true, errServerGone
+		}
+		body = ss.rewriteError(l, body)
+		h.Len = len(body)
+		// The held ParseCompletes confirm their Parses first: only
+		// what comes after them failed.
+		if err := ss.relayHeld(l); err != nil {
+			ss.conn.Close()
+			return body, true, err
+		}
+		ss.mu.Lock()
+		ss.serverErrorLocked(l)
+		ss.mu.Unlock()
+		if err := ss.relay(h, body); err != nil {
+			ss.conn.Close()
+			return body, true, err
+		}
+		l.awaitingFirst.Store(false)
+		ss.mu.Lock()
+		if ss.mu.awaiting == l && !ss.mu.answered {
+			ss.mu.answered = true
+			ss.turn.Broadcast()
+		}
+		ss.mu.Unlock()
+		return body, true, nil
+	}
+	if l.awaitingFirst.Load() {
+		l.awaitingFirst.Store(false)
+		if err := ss.relayHeld(l); err != nil {
+			ss.conn.Close()
+			return body, true, err
+		}
+		ss.mu.Lock()
+		if ss.mu.awaiting == l && !ss.mu.answered {
+			ss.mu.answered = true
+			ss.turn.Broadcast()
+		}
+		ss.mu.Unlock()
+	}
+	return body, false, nil
+}
+
+// copyToClient writes one message of l (header h; its body in body when
+// preread) to the client under wmu, noting what its arrival settles:
+// statement answers, ReadyForQuery (closeNow: the session is to close),
+// ParameterStatus, errors (sawFatal), CommandComplete. err is a failure
+// reading the server, werr one writing the client.
+func (ss *session) copyToClient(l *link, h wire.Header, body []byte, preread bool, sawFatal *bool) (_ []byte, closeNow bool, werr, err error) {
+	srv := l.conn
+	ss.wmu.Lock()
+	werr = wire.WriteHeader(ss.out(), h)
+	switch {
+	case werr != nil:
+	case h.Type == '1' || h.Type == '3':
+		if err = wire.Copy(ss.out(), srv.R, h.Len); err != nil {
+			var we *wire.WriteError
+			if errors.As(err, &we) {
+				werr, err = we.Err, nil
+			}
+		}
+		ss.mu.Lock()
+		l.answered++
+		l.stmtAnsweredLocked(h.Type)
+		if h.Type == '3' && l.closes > 0 {
+			l.closes-- // a client's Close answered: no barrier waits past it
+		}
+		ss.turn.Broadcast() // settleOps may wait for it
+		ss.mu.Unlock()
+	case h.Type == 'Z' || h.Type == 'S' || (h.Type == 'E' || h.Type == 't') && h.Len <= wire.MaxSmallBodyLen*100 || h.Type == 'C':
+		if !preread {
+			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
+				break
+			}
+		}
+		_, werr = ss.out().Write(body)
+		switch h.Type {
+		case 'Z':
+			if len(body) == 1 {
+				closeNow = ss.readyForQuery(l, body[0])
+			}
+		case 'S':
+			var ps pgproto3.ParameterStatus
+			if ps.Decode(body) == nil {
+				srv.Params[ps.Name] = ps.Value
+			}
+		case 'E':
+			*sawFatal = isFatal(body)
+			ss.mu.Lock()
+			ss.serverErrorLocked(l)
+			ss.mu.Unlock()
+		case 't':
+			ss.mu.Lock()
+			ss.paramsDescribedLocked(l, body)
+			ss.mu.Unlock()
+		case 'C':
+			ss.mu.Lock()
+			l.answered++
+			ss.mu.Unlock()
+			ss.commandComplete(body)
+		}
+	case preread: // a RowDescription or NoData read for its shape
+		_, werr = ss.out().Write(body)
+		ss.mu.Lock()
+		l.answered++
+		ss.mu.Unlock()
+	default:
+		if answers(h.Type) {
+			ss.mu.Lock()
+			l.answered++
+			ss.mu.Unlock()
+		}
+		err = wire.Copy(ss.out(), srv.R, h.Len)
+		if err != nil {
+			var we *wire.WriteError
+			if errors.As(err, &we) {
+				werr, err = we.Err, nil
+			}
+		}
+	}
+	if werr == nil && err == nil && srv.R.Buffered() == 0 {
+		werr = ss.flushOut()
+	}
+	ss.wmu.Unlock()
+	return body, closeNow, werr, err
 }
 
 // resetNote marks a batch (link.batches) whose statements RESET settings
