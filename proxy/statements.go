@@ -1886,9 +1886,8 @@ func (ss *session) rewriteError(l *link, body []byte) []byte {
 	if !l.staleBinds.Load() || !bytes.Contains(body, []byte(staleStatement)) {
 		return body
 	}
-	msg, err := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "0A000",
-		Message: "cached plan must not change result type",
-		Detail:  "pg-kinetic: the statement was prepared again on another server, where its result columns differ from those it was described with"}).Encode(nil)
+	msg, err := withDetail(errorf(codeFeatureNotSupported, "cached plan must not change result type"),
+		"pg-kinetic: the statement was prepared again on another server, where its result columns differ from those it was described with").Encode(nil)
 	if err != nil || len(msg) < 5 {
 		return body
 	}
