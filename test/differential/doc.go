@@ -328,7 +328,8 @@
 // Open after them: in a pipeline whose first batch fails, the PREPARE a
 // later Parse of a SQL-PREPAREd name needs is replayed at the start of
 // its batch and fails there (25P02) in place of an earlier Close's
-// CloseComplete (10066516858148177312, routed modes); a Describe S in
+// CloseComplete (10066516858148177312, routed modes; it passes alone in
+// both since, replayed on 2026-12-04 on f8bf190); a Describe S in
 // pipelined Syncs answered 25P02 (2461579485290359900, routed modes:
 // fixed in the session of 181818, the inferred types of a statement
 // Parsed behind an unanswered batch are learnt now; a regression seed);
