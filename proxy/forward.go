@@ -932,6 +932,21 @@ func (ss *session) write(l *link, b *batch) error {
 // position query) leaves in the same syscall.
 func (ss *session) buffer(l *link, b *batch) error {
 	ss.takeUndo(l)
+	// Behind pipelined batches, whether this one runs in a failed
+	// transaction is known only once they are answered: a batch that
+	// needs statements prepared waits for them first (settleBatches), so
+	// that in a failed transaction those go right before the message that
+	// needs them (below), not ahead of the batch, where the server fails
+	// them (25P02) in place of the answer to the batch's first message
+	// (differential 15569880947103983533, 2024141487199610067).
+	ss.mu.Lock()
+	behind := l.rfqs < l.batches && ss.mu.tx != 'E'
+	ss.mu.Unlock()
+	if behind && ss.needsStatements(l, b) {
+		if _, err := ss.settleBatches(l); err != nil {
+			return err
+		}
+	}
 	// Statements the batch needs are prepared ahead of it, except after
 	// a transaction start with options: a Parse of the proxy's before it
 	// would take the transaction's snapshot first (25001 "SET TRANSACTION

@@ -180,3 +180,43 @@ func TestLoginSettingsDropUnnamed(t *testing.T) {
 	b.close()
 	c.close()
 }
+
+// TestPipelinedBatchInFailedTx: in a pipeline, a batch whose statement
+// must be prepared again on the server connection (another client's
+// statement of that name is there) runs in a transaction the batch before
+// it fails. PostgreSQL answers its first message (a Describe of a missing
+// statement: 26000) and skips the rest. The proxy knew the transaction was
+// failed only once the batch before was answered, and before the fix
+// wrote its Parse ahead of the whole batch, where the server failed it
+// with 25P02 in place of the Describe's 26000 (differential
+// 15569880947103983533 and 2024141487199610067, transaction modes, with
+// another sequence on the same server connection).
+func TestPipelinedBatchInFailedTx(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: 1})
+	a := rawConnect(t, ctx, px.AppDSN())
+	b := rawConnect(t, ctx, px.AppDSN())
+	a.send(&pgproto3.Parse{Name: "st", Query: "select 1"}, &pgproto3.Sync{})
+	a.want(2, "ParseComplete Z:I")
+	for round := 0; round < 2; round++ {
+		// B's statement of that name replaces A's on the one connection.
+		b.send(&pgproto3.Parse{Name: "st", Query: "select 2"}, &pgproto3.Bind{PreparedStatement: "st"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		b.want(5, "ParseComplete BindComplete D:2 C:SELECT 1 Z:I")
+		b.send(&pgproto3.Close{ObjectType: 'S', Name: "st"}, &pgproto3.Sync{})
+		b.want(2, "CloseComplete Z:I")
+		a.send(&pgproto3.Query{String: "begin"})
+		a.want(2, "C:BEGIN Z:T")
+		a.send(
+			&pgproto3.Bind{PreparedStatement: "nosuch"}, &pgproto3.Execute{}, &pgproto3.Sync{},
+			&pgproto3.Describe{ObjectType: 'S', Name: "nosuch"}, &pgproto3.Bind{PreparedStatement: "nosuch"}, &pgproto3.Execute{},
+			&pgproto3.Bind{PreparedStatement: "st"}, &pgproto3.Execute{}, &pgproto3.Sync{},
+			&pgproto3.Query{String: "rollback"})
+		a.want(6, "E:26000 Z:E E:26000 Z:E C:ROLLBACK Z:I")
+		// A's own statement still runs.
+		a.send(&pgproto3.Bind{PreparedStatement: "st"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		a.want(4, "BindComplete D:1 C:SELECT 1 Z:I")
+	}
+	a.close()
+	b.close()
+}
