@@ -316,6 +316,9 @@ func (ss *session) paramsDescribedLocked(l *link, body []byte) {
 	}
 	w := l.describes[0]
 	l.describes = l.describes[1:]
+	if w.parse == "" {
+		return // (a statement whose Parse the proxy did not see)
+	}
 	var pd pgproto3.ParameterDescription
 	if pd.Decode(body) != nil || slices.Contains(pd.ParameterOIDs, 0) {
 		return // (a stand-in's, with a type left to the server)
@@ -1538,16 +1541,22 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 	case 'D':
 		// A Describe of a statement: its ParameterDescription tells the
 		// types the server inferred, which a stand-in needs (standIn).
+		// Every Describe of a statement waits in l.describes, one whose
+		// Parse body the proxy does not know (a SQL-PREPAREd statement)
+		// too: the answers come in order, and without its place the next
+		// wait took its answer (the parameter types and the result
+		// shape of a PREPAREd SELECT recorded for a DELETE Parsed after
+		// it: a 0A000 "cached plan must not change result type" when the
+		// DELETE was prepared again elsewhere; differential
+		// 17198292917881895050).
 		if kind, name, err := describeTarget(body); err == nil && kind == 'S' {
 			info := ss.client.unnamed
 			if name != "" {
 				info = ss.client.stmts[name]
 			}
-			if info.parse != "" {
-				ss.mu.Lock()
-				l.describes = append(l.describes, describeWait{batch: l.batches, parse: info.parse})
-				ss.mu.Unlock()
-			}
+			ss.mu.Lock()
+			l.describes = append(l.describes, describeWait{batch: l.batches, parse: info.parse})
+			ss.mu.Unlock()
 		}
 	case 'Q':
 		// A simple Query drops the unnamed statement, on the server and so

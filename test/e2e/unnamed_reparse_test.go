@@ -220,3 +220,44 @@ func TestPipelinedBatchInFailedTx(t *testing.T) {
 	a.close()
 	b.close()
 }
+
+// TestDescribeOfPreparedThenParsed: a batch Describes a SQL-PREPAREd
+// statement, then Parses and Describes a protocol one. The answers to the
+// two Describes come in order; before the fix the proxy kept a place in
+// that order only for statements it had seen Parsed, so the PREPAREd
+// SELECT's parameter types and row shape were taken for the DELETE's.
+// When the DELETE was prepared again on the connection (another client's
+// statement of that name had replaced it), its NoData differed from the
+// recorded rows, and its Bind failed with 0A000 "cached plan must not
+// change result type" where PostgreSQL runs it (differential
+// 17198292917881895050, transaction modes, with another sequence on the
+// same connection).
+func TestDescribeOfPreparedThenParsed(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: 1})
+	tbl := uniqueIdent("described")
+	direct := connect(t, ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
+	if _, err := direct.Exec(ctx, "create table "+tbl+" (k int, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	a := rawConnect(t, ctx, px.AppDSN())
+	b := rawConnect(t, ctx, px.AppDSN())
+	a.send(&pgproto3.Query{String: "prepare ps (int) as select k, v from " + tbl + " where k <= $1"})
+	a.want(2, "C:PREPARE Z:I")
+	a.send(&pgproto3.Describe{ObjectType: 'S', Name: "ps"},
+		&pgproto3.Parse{Name: "s3", Query: "delete from " + tbl + " where k = $1::int"},
+		&pgproto3.Describe{ObjectType: 'S', Name: "s3"}, &pgproto3.Sync{})
+	a.want(6, "ParameterDescription RowDescription ParseComplete ParameterDescription NoData Z:I")
+	for round := 0; round < 2; round++ {
+		// B's statement of that name replaces A's on the one connection.
+		b.send(&pgproto3.Parse{Name: "s3", Query: "select 2"}, &pgproto3.Bind{PreparedStatement: "s3"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		b.want(5, "ParseComplete BindComplete D:2 C:SELECT 1 Z:I")
+		b.send(&pgproto3.Close{ObjectType: 'S', Name: "s3"}, &pgproto3.Sync{})
+		b.want(2, "CloseComplete Z:I")
+		a.send(&pgproto3.Bind{PreparedStatement: "s3", Parameters: [][]byte{[]byte("8")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		a.want(3, "BindComplete C:DELETE 0 Z:I")
+	}
+	a.close()
+	b.close()
+}
