@@ -101,11 +101,53 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 			tag = "COMMIT"
 		}
 		return true, ss.sendTag(tag, 'I')
+	case st.Tx == classify.TxEnd && st.Chain && ss.deferred == "" && ss.routingMode() != config.RoutingOff:
+		return ss.chainAfterFailedReplicaTx()
 	case ss.deferred != "" && ss.txStatus() == 'E':
 		return true, ss.send(errorf(codeInFailedTx, "current transaction is aborted, commands ignored until end of transaction block"),
 			&pgproto3.ReadyForQuery{TxStatus: 'E'})
 	}
 	return false, nil
+}
+
+// chainAfterFailedReplicaTx answers COMMIT, ROLLBACK or ABORT AND CHAIN
+// that ends a failed transaction on a replica. PostgreSQL rolls the failed
+// transaction back and starts the next one with the session's defaults,
+// not the failed one's characteristics: read-write (unless
+// default_transaction_read_only), which a replica cannot run. So the
+// replica's block is rolled back (the proxy's own ROLLBACK, its answers
+// dropped) and the new transaction is a plain BEGIN not yet sent (as
+// answerLocally defers one): it starts on the primary with the next
+// statement. The client gets what PostgreSQL answers: ROLLBACK, in a
+// transaction. (Before, the chained transaction stayed on the replica and
+// its first write failed with 25006; differential 4050215125046564123.)
+// Anywhere else (a transaction on the primary, one not failed: its
+// chained successor keeps its characteristics) it is forwarded.
+func (ss *session) chainAfterFailedReplicaTx() (bool, error) {
+	ss.waitIdle()
+	ss.mu.Lock()
+	l := ss.mu.cur
+	if ss.mu.tx != 'E' || ss.mu.pending > 0 || l == nil || !l.replica || !l.claimLocked() {
+		ss.mu.Unlock()
+		return false, nil
+	}
+	// No longer the session's transaction: in transaction pooling the
+	// link goes back to its pool once the ROLLBACK is answered.
+	ss.mu.cur = nil
+	ss.mu.Unlock()
+	err := ss.inject(l, &pgproto3.Query{String: "ROLLBACK"}, 'Z')
+	if err == nil {
+		err = l.conn.W.Flush()
+	}
+	ss.unclaim(l)
+	if err != nil {
+		return true, errServerGone
+	}
+	ss.mu.Lock()
+	ss.mu.tx = 'T'
+	ss.mu.Unlock()
+	ss.deferred = "BEGIN"
+	return true, ss.sendTag("ROLLBACK", 'T')
 }
 
 // abortServerTx makes the transaction block open on the session's server

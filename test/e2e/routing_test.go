@@ -648,3 +648,48 @@ func tableOnPausedReplicas(t *testing.T, ctx context.Context, cl *pgtest.Cluster
 	})
 	return tbl
 }
+
+// TestChainAfterFailedReadOnlyTx: PostgreSQL ends a failed transaction
+// with COMMIT (or ROLLBACK) AND CHAIN by rolling it back and starting the
+// next one with the session's defaults, read-write, not with the failed
+// one's READ ONLY. A READ ONLY transaction runs on a replica; before the
+// fix its chained successor stayed there and its first write failed with
+// 25006 (differential 4050215125046564123). Now the write runs on the
+// primary, in the chained transaction, and is rolled back with it.
+func TestChainAfterFailedReadOnlyTx(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	c := connect(t, ctx, px.AppDSN())
+	standbys := cl.StandbyPorts()
+	for _, end := range []string{"commit and chain", "rollback and chain"} {
+		if _, err := c.Exec(ctx, "begin isolation level repeatable read read only", pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+		if p := portOf(t, ctx, c, "select inet_server_port()"); !standbys[p] {
+			t.Fatalf("the READ ONLY transaction ran on %d, want a standby", p)
+		}
+		if _, err := c.Exec(ctx, "select 1/0", pgx.QueryExecModeSimpleProtocol); err == nil {
+			t.Fatal("select 1/0 succeeded")
+		}
+		tag, err := c.Exec(ctx, end, pgx.QueryExecModeSimpleProtocol)
+		if err != nil || tag.String() != "ROLLBACK" {
+			t.Fatalf("%s: %q, %v; want ROLLBACK", end, tag, err)
+		}
+		if st := c.PgConn().TxStatus(); st != 'T' {
+			t.Fatalf("after %s: transaction status %c, want T", end, st)
+		}
+		var ro, iso string
+		var port int
+		if err := c.QueryRow(ctx, "select current_setting('transaction_read_only'), current_setting('transaction_isolation'), inet_server_port() from (select txid_current()) x",
+			pgx.QueryExecModeSimpleProtocol).Scan(&ro, &iso, &port); err != nil {
+			t.Fatalf("a write in the chained transaction: %v", err)
+		}
+		if ro != "off" || iso != "read committed" || port != cl.Primary.Port {
+			t.Fatalf("the chained transaction: read only %s, %s, on %d; want off, read committed, on the primary %d", ro, iso, port, cl.Primary.Port)
+		}
+		if _, err := c.Exec(ctx, "rollback", pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
