@@ -676,49 +676,6 @@ func TestReadOnlyTransactionOnReplicaRefusesListen(t *testing.T) {
 	tx.Rollback(ctx)
 }
 
-// TestChainAfterFailedReadOnlyTransactionOnReplica pins a documented
-// deviation (docs/behaviour.md, "COMMIT AND CHAIN after a failed READ ONLY
-// transaction"): PostgreSQL resets a failed transaction's characteristics
-// when it aborts, so the transaction COMMIT AND CHAIN starts after it is
-// read-write, and a write in it succeeds; through kineticd the chained
-// transaction stays on the replica the READ ONLY one ran on, and the write
-// fails visibly with 25006 (never silently elsewhere).
-func TestChainAfterFailedReadOnlyTransactionOnReplica(t *testing.T) {
-	cl := pgtest.Shared(t)
-	px := routedProxy(t, cl, kinetictest.Params{})
-	ctx := ctxT(t, 60*time.Second)
-	tbl := uniqueIdent("chain")
-	direct := cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB)
-	if _, err := connect(t, ctx, direct).Exec(ctx, "create table "+tbl+" (k int)"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Primary.Exec(context.Background(), "drop table if exists "+tbl) })
-	if err := cl.WaitReplicated(ctx); err != nil {
-		t.Fatal(err)
-	}
-	run := func(dsn string) (port int, writeErr error) {
-		c := connect(t, ctx, dsn)
-		defer c.Close(ctx)
-		for _, q := range []string{"begin read only", "select 1/0"} {
-			c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
-		}
-		if _, err := c.Exec(ctx, "commit and chain", pgx.QueryExecModeSimpleProtocol); err != nil {
-			t.Fatalf("commit and chain: %v", err)
-		}
-		port = portOf(t, ctx, c, "select inet_server_port()")
-		_, writeErr = c.Exec(ctx, "insert into "+tbl+" values (1)", pgx.QueryExecModeSimpleProtocol)
-		c.Exec(ctx, "rollback", pgx.QueryExecModeSimpleProtocol)
-		return port, writeErr
-	}
-	if port, err := run(direct); err != nil || port != cl.Primary.Port {
-		t.Fatalf("directly: the chained transaction's write: %v (on %d); PostgreSQL makes it read-write", err, port)
-	}
-	port, err := run(px.AppDSN())
-	if !cl.StandbyPorts()[port] || pgCode(err) != "25006" {
-		t.Fatalf("through kineticd: chained transaction on %d, its write: %v; want a replica and 25006", port, err)
-	}
-}
-
 // TestTxPoolLateCancelStaysWithItsClient: in transaction pooling two
 // clients share one server connection. One sends a CancelRequest (its own
 // key) right after each of its statements finished; the other's statements
