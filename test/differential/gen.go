@@ -913,9 +913,9 @@ func (g *gen) txUnit() {
 			// PostgreSQL chains a read-write transaction, which kineticd
 			// moves off the replica for the simple protocol only
 			// (docs/behaviour.md; e2e TestChainAfterFailedReadOnlyTx;
-			// regression seed 4050215125046564123 reaches it through a
-			// multi-statement Query). Left as it was so that the
-			// committed seeds keep their sequences.
+			// regression seed 4050215125046564123 reaches it where the
+			// model had lost track of the READ ONLY). Left as it was so
+			// that the committed seeds keep their sequences.
 			sql = "COMMIT"
 		}
 	}
