@@ -2017,6 +2017,8 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 			u.txEnd = true
 			if !st.Chain {
 				u.lastTx = 'e'
+			} else {
+				u.chained = true
 			}
 			if !st.Rollback {
 				u.commits = true

@@ -745,7 +745,10 @@ func (ss *session) notePortalsEnd(b *batch, u unitInfo, open bool) {
 	case 'e':
 		ss.predOpen = false
 	}
-	if !ss.predOpen {
+	if !ss.predOpen || u.chained {
+		// (AND CHAIN: the block goes on, but the transaction that made
+		// the portals of the units before ended; differential
+		// 997645668052297296, a portal bound again after it got 42P03.)
 		ss.portalsEnd = ss.mu.unitSeq + 1
 	}
 }

@@ -59,6 +59,7 @@ type unitInfo struct {
 	commits   bool   // a statement is a COMMIT or END (not a ROLLBACK)
 	begins    bool   // a statement (any, not only the first) opens a transaction block
 	lastTx    byte   // the last transaction statement: 'b' a BEGIN, 'e' a COMMIT or ROLLBACK, 0 none
+	chained   bool   // a COMMIT or ROLLBACK AND CHAIN: the transaction, and its portals, end; another begins
 	restore   string // the client's startup values its RESETs reset (restoreQuery), "" if none
 	copyIn    bool   // COPY ... FROM STDIN
 
