@@ -115,7 +115,7 @@ differential: deps build
 # package's testdata/fuzz/<Target>/ and named in the output). FUZZTARGETS
 # ('pkg:Target ...') runs a subset.
 FUZZTIME ?= 10s
-CI_FUZZTIME ?= 3s
+CI_FUZZTIME ?= 10s
 .PHONY: fuzz
 fuzz: deps
 	FUZZTIME=$(FUZZTIME) GO=$(GO) bash scripts/fuzz.sh
