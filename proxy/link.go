@@ -789,12 +789,7 @@ func (ss *session) retryableAnswer(l *link, h wire.Header, body []byte) (_ []byt
 			return body, true, err
 		}
 		l.awaitingFirst.Store(false)
-		ss.mu.Lock()
-		if ss.mu.awaiting == l && !ss.mu.answered {
-			ss.mu.answered = true
-			ss.turn.Broadcast()
-		}
-		ss.mu.Unlock()
+		ss.markAnswered(l)
 		return body, true, nil
 	}
 	if l.awaitingFirst.Load() {
@@ -803,14 +798,20 @@ func (ss *session) retryableAnswer(l *link, h wire.Header, body []byte) (_ []byt
 			ss.conn.Close()
 			return body, true, err
 		}
-		ss.mu.Lock()
-		if ss.mu.awaiting == l && !ss.mu.answered {
-			ss.mu.answered = true
-			ss.turn.Broadcast()
-		}
-		ss.mu.Unlock()
+		ss.markAnswered(l)
 	}
 	return body, false, nil
+}
+
+// markAnswered notes that the first byte of the retryable read awaited
+// on l is about to reach the client (sendRetryable waits for it).
+func (ss *session) markAnswered(l *link) {
+	ss.mu.Lock()
+	if ss.mu.awaiting == l && !ss.mu.answered {
+		ss.mu.answered = true
+		ss.turn.Broadcast()
+	}
+	ss.mu.Unlock()
 }
 
 // copyToClient writes one message of l (header h; its body in body when
