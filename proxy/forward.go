@@ -1116,7 +1116,11 @@ func hasPrefixFold[T string | []byte](q T, w string) bool {
 // was skipped after an error decides which statement the name holds, and
 // so whether the unit is a read (a Bind of the unnamed statement after a
 // skipped Parse of a SELECT is the INSERT before it, and must not go to a
-// replica). Nothing waits when no such Parse is in flight.
+// replica). A Parse of a name waits likewise for a Close of it in flight:
+// after an error before it the Close was skipped, the name is still taken,
+// and the Parse must be refused (42P05) wherever it goes, not prepared on
+// a server that never held the name (differential 3433646377040350236).
+// Nothing waits when no such Parse or Close is in flight.
 func (ss *session) settleReferences(b *batch) {
 	ss.mu.Lock()
 	l := ss.mu.cur
@@ -1129,6 +1133,10 @@ func (ss *session) settleReferences(b *batch) {
 	var done map[string]bool
 	for _, m := range b.msgs {
 		name, ok := stmtRef(m.typ, b.body(m))
+		if m.typ == 'P' {
+			n, err := parseName(b.body(m))
+			name, ok = n, err == nil && n != ""
+		}
 		if !ok || done[name] {
 			continue
 		}
