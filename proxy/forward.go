@@ -1172,12 +1172,16 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		return nil, nil // the session's backend was terminated
 	}
 	ss.settleReferences(b)
+	if err := ss.endChainOnReplica(); err != nil {
+		return nil, err
+	}
 	if k := ss.replicaTxEndSplit(b); k > 0 {
 		return ss.routeSplit(b, k, open, oversized)
 	}
 	u, decisions := ss.analyze(b, oversized)
 	u.restore = ss.restoreQuery(decisions)
 	ss.notePortalsEnd(b, u, open)
+	ss.noteChainOnReplica(b, u, open)
 	if open {
 		ss.streamUnit = u // for the position query when the unit's Sync comes
 	}

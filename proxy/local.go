@@ -150,6 +150,112 @@ func (ss *session) chainAfterFailedReplicaTx() (bool, error) {
 	return true, ss.sendTag("ROLLBACK", 'T')
 }
 
+// noteChainOnReplica marks a synced batch whose last Execute ends the
+// failed transaction open on a replica with COMMIT, ROLLBACK or ABORT AND
+// CHAIN (the extended-protocol form of chainAfterFailedReplicaTx): the
+// replica answers it as PostgreSQL does (ROLLBACK, status T), and the
+// chained transaction it starts there, read-only in recovery where
+// PostgreSQL's would be read-write, is ended before the next unit
+// (endChainOnReplica). A batch with more after that Execute runs it on
+// the replica, in the chained transaction (docs/behaviour.md).
+func (ss *session) noteChainOnReplica(b *batch, u unitInfo, open bool) {
+	if open || !u.chained || ss.deferred != "" || ss.routingMode() == config.RoutingOff {
+		return
+	}
+	ss.mu.Lock()
+	l := ss.mu.cur
+	onReplica := ss.mu.tx == 'E' && l != nil && l.replica && !l.dead
+	ss.mu.Unlock()
+	if onReplica && ss.lastExecuteChains(b) {
+		ss.chainedOn = l
+	}
+}
+
+// lastExecuteChains reports whether b's last Execute runs COMMIT,
+// ROLLBACK or ABORT AND CHAIN and nothing but a Sync follows it: a portal
+// bound in b from a statement Parsed in b or held by the client.
+func (ss *session) lastExecuteChains(b *batch) bool {
+	texts := map[string]string{}   // statement name -> text, this batch's Parses
+	portals := map[string]string{} // portal -> its statement's text, this batch's Binds
+	last := ""
+	found := false
+	for _, m := range b.msgs {
+		body := b.body(m)
+		switch m.typ {
+		case 'P':
+			name, q, err := parseNames(body)
+			if err != nil {
+				return false
+			}
+			texts[name] = q
+		case 'B':
+			portal, _, err := cstring(body)
+			stmt, err2 := bindStatement(body)
+			if err != nil || err2 != nil {
+				return false
+			}
+			q, ok := texts[stmt]
+			if !ok {
+				q, ok = ss.statementText(stmt)
+			}
+			if ok {
+				portals[portal] = q
+			} else {
+				delete(portals, portal)
+			}
+		case 'E':
+			portal, _, err := cstring(body)
+			if err != nil {
+				return false
+			}
+			last, found = portals[portal]
+			if !found {
+				return false
+			}
+		case 'S', 'H', 'D', 'C':
+		default:
+			return false
+		}
+	}
+	if !found {
+		return false
+	}
+	d := ss.classifier.Classify(last)
+	return len(d.Statements) == 1 && d.Statements[0].Tx == classify.TxEnd && d.Statements[0].Chain
+}
+
+// endChainOnReplica, at the unit after one noteChainOnReplica marked, ends
+// the chained transaction the replica started (the proxy's ROLLBACK, its
+// answers dropped) and makes it a plain BEGIN not yet sent, as
+// chainAfterFailedReplicaTx does: it opens on the primary with its first
+// statement. Nothing changes when the replica did not run the chain (the
+// batch failed before it: the status is still E) or the session moved on.
+func (ss *session) endChainOnReplica() error {
+	l := ss.chainedOn
+	if l == nil {
+		return nil
+	}
+	ss.chainedOn = nil
+	ss.waitIdle()
+	ss.mu.Lock()
+	if ss.mu.cur != l || ss.mu.tx != 'T' || ss.mu.pending > 0 || !l.claimLocked() {
+		ss.mu.Unlock()
+		return nil
+	}
+	ss.mu.cur = nil // as in chainAfterFailedReplicaTx
+	ss.mu.Unlock()
+	err := ss.inject(l, &pgproto3.Query{String: "ROLLBACK"}, 'Z')
+	if err == nil {
+		err = l.conn.W.Flush()
+	}
+	ss.unclaim(l)
+	if err != nil {
+		return errServerGone
+	}
+	ss.deferred = "BEGIN"
+	return nil
+}
+
 // abortServerTx makes the transaction block open on the session's server
 // fail, after the proxy failed a statement of it itself: the client's
 // COMMIT then rolls back, as directly. (A statement of the proxy's that

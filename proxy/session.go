@@ -191,6 +191,7 @@ type session struct {
 	unflushed  *link
 	classified []*classified // analyze's records, reused unit after unit
 	deferred   string        // a plain BEGIN answered locally, not yet sent to a server
+	chainedOn  *link         // the replica that ran an extended-protocol AND CHAIN ending a failed block (noteChainOnReplica)
 
 	// midBatch: buffer is writing inside a client's extended batch, where
 	// no simple Query may be injected.

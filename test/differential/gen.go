@@ -911,8 +911,8 @@ func (g *gen) txUnit() {
 			// Not after a READ ONLY transaction, which the model cannot
 			// tell failed (odd input fails it too): after a failed one
 			// PostgreSQL chains a read-write transaction, which kineticd
-			// moves off the replica for the simple protocol only
-			// (docs/behaviour.md; e2e TestChainAfterFailedReadOnlyTx;
+			// moves off the replica (docs/behaviour.md; e2e
+			// TestChainAfterFailedReadOnlyTx, both protocols;
 			// regression seed 4050215125046564123 reaches it where the
 			// model had lost track of the READ ONLY). Left as it was so
 			// that the committed seeds keep their sequences.

@@ -655,14 +655,25 @@ func tableOnPausedReplicas(t *testing.T, ctx context.Context, cl *pgtest.Cluster
 // one's READ ONLY. A READ ONLY transaction runs on a replica; before the
 // fix its chained successor stayed there and its first write failed with
 // 25006 (differential 4050215125046564123). Now the write runs on the
-// primary, in the chained transaction, and is rolled back with it.
+// primary, in the chained transaction, and is rolled back with it. The
+// chain statement is sent in the simple protocol and in the extended one
+// (an unnamed statement, pgx's exec mode, and a named one, its statement
+// cache), which the proxy forwards to the replica and whose chained
+// transaction it ends there before the next unit.
 func TestChainAfterFailedReadOnlyTx(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 60*time.Second)
 	px := routedProxy(t, cl, kinetictest.Params{})
 	c := connect(t, ctx, px.AppDSN())
 	standbys := cl.StandbyPorts()
-	for _, end := range []string{"commit and chain", "rollback and chain"} {
+	for _, tc := range []struct{ end, mode string }{
+		{"commit and chain", "simple"},
+		{"rollback and chain", "simple"},
+		{"commit and chain", "unnamed"},
+		{"rollback and chain", "unnamed"},
+		{"abort and chain", "named"},
+	} {
+		end := tc.end
 		if _, err := c.Exec(ctx, "begin isolation level repeatable read read only", pgx.QueryExecModeSimpleProtocol); err != nil {
 			t.Fatal(err)
 		}
@@ -672,21 +683,34 @@ func TestChainAfterFailedReadOnlyTx(t *testing.T) {
 		if _, err := c.Exec(ctx, "select 1/0", pgx.QueryExecModeSimpleProtocol); err == nil {
 			t.Fatal("select 1/0 succeeded")
 		}
-		tag, err := c.Exec(ctx, end, pgx.QueryExecModeSimpleProtocol)
+		var tag pgconn.CommandTag
+		var err error
+		switch tc.mode {
+		case "simple":
+			tag, err = c.Exec(ctx, end, pgx.QueryExecModeSimpleProtocol)
+		case "unnamed": // Parse, Bind, Describe, Execute, Sync
+			r := c.PgConn().ExecParams(ctx, end, nil, nil, nil, nil).Read()
+			tag, err = r.CommandTag, r.Err
+		case "named": // Parse, Describe, Sync; Bind, Describe, Execute, Sync
+			if _, err = c.PgConn().Prepare(ctx, "chain_end", end, nil); err == nil {
+				r := c.PgConn().ExecPrepared(ctx, "chain_end", nil, nil, nil).Read()
+				tag, err = r.CommandTag, r.Err
+			}
+		}
 		if err != nil || tag.String() != "ROLLBACK" {
-			t.Fatalf("%s: %q, %v; want ROLLBACK", end, tag, err)
+			t.Fatalf("%s (%v): %q, %v; want ROLLBACK", end, tc.mode, tag, err)
 		}
 		if st := c.PgConn().TxStatus(); st != 'T' {
-			t.Fatalf("after %s: transaction status %c, want T", end, st)
+			t.Fatalf("after %s (%v): transaction status %c, want T", end, tc.mode, st)
 		}
 		var ro, iso string
 		var port int
 		if err := c.QueryRow(ctx, "select current_setting('transaction_read_only'), current_setting('transaction_isolation'), inet_server_port() from (select txid_current()) x",
 			pgx.QueryExecModeSimpleProtocol).Scan(&ro, &iso, &port); err != nil {
-			t.Fatalf("a write in the chained transaction: %v", err)
+			t.Fatalf("a write in the chained transaction after %s (%v): %v", end, tc.mode, err)
 		}
 		if ro != "off" || iso != "read committed" || port != cl.Primary.Port {
-			t.Fatalf("the chained transaction: read only %s, %s, on %d; want off, read committed, on the primary %d", ro, iso, port, cl.Primary.Port)
+			t.Fatalf("the chained transaction after %s (%v): read only %s, %s, on %d; want off, read committed, on the primary %d", end, tc.mode, ro, iso, port, cl.Primary.Port)
 		}
 		if _, err := c.Exec(ctx, "rollback", pgx.QueryExecModeSimpleProtocol); err != nil {
 			t.Fatal(err)
