@@ -822,20 +822,21 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 }
 
 // committedLast reports whether the session's SETs in unit seq are all
-// followed by a COMMIT of the unit (the markers effects record): a later
-// failure of the unit leaves them made.
+// followed by a COMMIT or a ROLLBACK of the unit (the markers effects
+// record): a later failure of the unit leaves the settings as that end
+// made them, the SETs kept or undone. (A ROLLBACK of a block whose SETs
+// came in earlier units reverts them there: the ParameterStatus the
+// server then sends is the client's whatever follows; differential
+// 2726224269824871064.)
 func committedLast(effects []effect, seq uint64) bool {
 	committed := false
 	for _, e := range effects {
 		switch {
 		case e.seq != seq:
-		case e.commit:
+		case e.commit, e.rollback:
 			committed = true
-		case e.rollback:
-			// (undoes only SETs since the last COMMIT: those already
-			// made committed false)
 		default:
-			committed = false // a SET after the last COMMIT
+			committed = false // a SET after the last COMMIT or ROLLBACK
 		}
 	}
 	return committed

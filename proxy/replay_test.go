@@ -135,8 +135,9 @@ func testTxOf(query string) classify.Tx {
 	return classify.TxNone
 }
 
-// TestCommittedLast: the replica part's SETs hold after the unit fails
-// only if a COMMIT of the unit followed each of them.
+// TestCommittedLast: the replica part's settings hold after the unit
+// fails only if a COMMIT or a ROLLBACK of the unit followed each of its
+// SETs (kept, or undone: either way settled before the rest).
 func TestCommittedLast(t *testing.T) {
 	set := effect{kind: classify.EffectSet, seq: 7}
 	commit := effect{commit: true, seq: 7}
@@ -152,6 +153,9 @@ func TestCommittedLast(t *testing.T) {
 		{"SET, COMMIT, SET", []effect{set, commit, set}, false},
 		{"SET, COMMIT, ROLLBACK", []effect{set, commit, rollback}, true},
 		{"a COMMIT of another unit", []effect{other, set}, false},
+		{"ROLLBACK alone (a block of earlier units)", []effect{rollback}, true},
+		{"SET then ROLLBACK", []effect{set, rollback}, true},
+		{"ROLLBACK then SET", []effect{rollback, set}, false},
 	} {
 		if got := committedLast(tc.e, 7); got != tc.want {
 			t.Errorf("%s: committedLast = %v, want %v", tc.name, got, tc.want)
