@@ -14,6 +14,7 @@
 //	session.go       session: one client connection's state and goroutine
 //	connect.go       acquire a server connection, apply the client's settings
 //	forward.go       the client->server side: batches, analysis, routeBatch, writing units
+//	flow.go          where the client->server side stands between units: collecting, following, skipping
 //	route.go         where a unit goes, pure: planUnit, decide, planFallback, reason words
 //	failover.go      the elected primary (health.Elect) a unit's writes go to; sessions moved off a demoted one
 //	record.go        what a unit's route is recorded and counted as (last_route, SHOW ROUTES, metrics)

@@ -129,7 +129,6 @@ func (ss *session) finish(atBoundary bool, err error) {
 // stopped inside a message, which leaves that server connection unusable.
 func (ss *session) clientToServer() (atBoundary bool, err error) {
 	var b batch
-	skip := false // after a rejected open batch: drop messages until Sync
 	for {
 		if err := ss.awaitClient(); err != nil {
 			return true, errClientGone{err}
@@ -160,12 +159,14 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 		if h.Type == 'X' || ss.isKilled() {
 			return true, nil
 		}
-		if skip {
+		if ss.flow.state == skipping {
 			synced, boundary, err := ss.skipMessage(h)
 			if err != nil {
 				return boundary, err
 			}
-			skip = !synced
+			if synced {
+				ss.flow.close()
+			}
 			continue
 		}
 
@@ -179,8 +180,8 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			if err != nil {
 				return true, err
 			}
-			ss.stream, skip = l, skipRest
-			if skip {
+			ss.flow.open(l, skipRest)
+			if ss.flow.state == skipping {
 				if err := wire.Discard(ss.r, h.Len); err != nil {
 					return false, errClientGone{err}
 				}
@@ -190,9 +191,8 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 
 		// Messages of a unit already routed (after a Flush, or an
 		// oversized batch), and COPY data, follow their unit's server.
-		if ss.stream != nil || len(b.msgs) == 0 && (h.Type == 'd' || h.Type == 'c' || h.Type == 'f') {
-			var err error
-			if skip, err = ss.followStream(h, &b); err != nil {
+		if ss.flow.state == following || len(b.msgs) == 0 && (h.Type == 'd' || h.Type == 'c' || h.Type == 'f') {
+			if err := ss.followStream(h, &b); err != nil {
 				return false, err
 			}
 			continue
@@ -206,7 +206,7 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 				return true, err
 			}
 			b.reset()
-			ss.stream = l
+			ss.flow.open(l, false)
 			if err := ss.forwardStreamed(l, h); err != nil {
 				return false, err
 			}
@@ -230,11 +230,7 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			if err != nil {
 				return true, err
 			}
-			if l == nil {
-				skip = true
-			} else {
-				ss.stream = l
-			}
+			ss.flow.open(l, l == nil) // nil: rejected, the server would skip to Sync too
 			continue
 		}
 		switch h.Type {
@@ -246,32 +242,40 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 				if err != nil {
 					return true, err
 				}
-				ss.stream, skip = open, skipRest
+				ss.flow.open(open, skipRest)
 				continue
 			}
 		}
 		switch h.Type {
 		case 'S', 'Q', 'F', 'H':
 			open := h.Type == 'H'
-			unnamed := ss.client.unnamed.parse
+			var replay *replayLog
+			if open {
+				// The log of what the batch binds, should it open on a
+				// replica, is taken before it is written: the statements
+				// its Binds use as they are then, not after a Close of
+				// one later in the batch (whose portal outlives it; a
+				// Parse of the name after the Flush must not pass for
+				// the statement the portal was bound from: differential
+				// 18422407613234683055).
+				ss.applyClientUndo()
+				replay = newReplayLog(ss.client.unnamed.parse)
+				replay.txOf, replay.stmtText, replay.stmtParse = ss.txOf, ss.preparedText, ss.preparedParse
+				for _, m := range b.msgs {
+					replay.add(m.typ, b.body(m))
+				}
+			}
 			l, err := ss.routeBatch(&b, open, false)
 			if err != nil {
 				return true, err
 			}
-			ss.replay, ss.replayDue = nil, nil
+			ss.flow.replay, ss.flow.replayDue = nil, nil
 			if l != nil && open && l.replica {
-				ss.replay = newReplayLog(unnamed)
-				ss.replay.txOf, ss.replay.stmtText, ss.replay.stmtParse = ss.txOf, ss.preparedText, ss.preparedParse
-				for _, m := range b.msgs {
-					ss.replay.add(m.typ, b.body(m))
-				}
+				ss.flow.replay = replay
 			}
 			b.reset()
-			if l == nil && open {
-				skip = true // rejected: the server would skip to Sync too
-			}
-			if l != nil && open {
-				ss.stream = l
+			if open {
+				ss.flow.open(l, l == nil) // nil: rejected, the server would skip to Sync too
 			}
 		}
 	}
@@ -287,7 +291,7 @@ func (ss *session) skipMessage(h wire.Header) (synced, boundary bool, err error)
 		return false, false, errClientGone{err}
 	}
 	if h.Type == 'S' {
-		if l := ss.stream; l != nil {
+		if l := ss.flow.l; l != nil {
 			// The open unit's server skips to Sync too, after the
 			// error the proxy made it fail with: it answers.
 			var sync batch
@@ -312,24 +316,24 @@ func (ss *session) skipMessage(h wire.Header) (synced, boundary bool, err error)
 // A message of the open unit the proxy answers itself is answered
 // (skip: the unit failed, drop the rest up to Sync); a write after a
 // replica's part moves the rest of the unit, which b then collects.
-func (ss *session) followStream(h wire.Header, b *batch) (skip bool, err error) {
-	l := ss.stream
+func (ss *session) followStream(h wire.Header, b *batch) error {
+	l := ss.flow.l
 	if l == nil {
 		l = ss.curLink()
 	}
-	if ss.stream != nil && isLocalCandidate(h) {
+	if ss.flow.state == following && isLocalCandidate(h) {
 		// A message of an open unit the proxy may answer itself.
 		var one batch
 		if err := one.read(ss.r, h); err != nil {
-			return false, errClientGone{err}
+			return errClientGone{err}
 		}
 		if plan := ss.localPlan(&one); plan != nil {
 			open, skipRest, err := ss.runWithLocal(&one, plan, l)
 			if err != nil {
-				return false, err
+				return err
 			}
-			ss.stream = open
-			return skipRest, nil
+			ss.flow.open(open, skipRest)
+			return nil
 		}
 		if l.replica && ss.leavesReplica(&one) {
 			// A write (or a statement for the primary) after a read
@@ -338,51 +342,51 @@ func (ss *session) followStream(h wire.Header, b *batch) (skip bool, err error) 
 			// (with the part's open portals: replay.go).
 			moved, err := ss.endReplicaStream(l)
 			if err != nil {
-				return false, err
+				return err
 			}
 			if moved {
-				ss.replayDue, ss.replay = ss.replay, nil
+				ss.flow.replayDue, ss.flow.replay = ss.flow.replay, nil
 				b.add(one.msgs[0].typ, one.body(one.msgs[0]))
-				return false, nil
+				return nil
 			}
 		}
 		if err := ss.forwardOne(l, &one); err != nil {
-			return false, err
+			return err
 		}
-		return false, nil
+		return nil
 	}
-	if ss.stream != nil && !l.replica && (h.Type == 'B' || h.Type == 'Q' || h.Type == 'F') {
+	if ss.flow.state == following && !l.replica && (h.Type == 'B' || h.Type == 'Q' || h.Type == 'F') {
 		// Not read before it is forwarded (large, or a call
 		// that ends the unit): it may write, or end the block.
-		ss.streamUnit.read, ss.streamUnit.txEnd = false, true
+		ss.flow.unit.read, ss.flow.unit.txEnd = false, true
 	}
-	if ss.stream != nil && (h.Type == 'Q' || h.Type == 'F') {
+	if ss.flow.state == following && (h.Type == 'Q' || h.Type == 'F') {
 		if run, err := ss.streamedCall(l); err != nil {
-			return false, err
+			return err
 		} else if !run {
 			if err := wire.Discard(ss.r, h.Len); err != nil {
-				return false, errClientGone{err}
+				return errClientGone{err}
 			}
-			return false, nil
+			return nil
 		}
 	}
-	if ss.stream == nil && l != nil && !ss.claimLink(l) {
+	if ss.flow.state != following && l != nil && !ss.claimLink(l) {
 		// (COPY data: the copy's connection, claimed while the
 		// message is written, so it cannot go back to the pool
 		// under the write; gone: the data is dropped.)
 		l = nil
 	}
-	err = ss.forwardStreamed(l, h)
-	if ss.stream == nil {
+	err := ss.forwardStreamed(l, h)
+	if ss.flow.state != following {
 		ss.unclaim(l)
 	}
 	if err != nil {
-		return false, err
+		return err
 	}
 	if err := ss.endStream(l, h.Type); err != nil {
-		return false, err
+		return err
 	}
-	return false, nil
+	return nil
 }
 
 // openUnit routes b, extended messages a Query or FunctionCall follows
@@ -463,13 +467,13 @@ func isLocalCandidate(h wire.Header) bool {
 // replica that has not replayed the commit.
 func (ss *session) noteStreamed(u unitInfo) {
 	if !u.read {
-		ss.streamUnit.read = false
+		ss.flow.unit.read = false
 	}
 	if u.txEnd {
-		ss.streamUnit.txEnd = true
+		ss.flow.unit.txEnd = true
 	}
 	if u.lastTx != 0 {
-		ss.streamUnit.lastTx = u.lastTx
+		ss.flow.unit.lastTx = u.lastTx
 	}
 }
 
@@ -477,13 +481,13 @@ func (ss *session) noteStreamed(u unitInfo) {
 // its Sync or Query has been forwarded: the WAL position query that keeps
 // the token current follows it, as for any other unit.
 func (ss *session) endStream(l *link, typ byte) error {
-	if ss.stream == nil || typ != 'S' && typ != 'Q' {
+	if ss.flow.l == nil || typ != 'S' && typ != 'Q' {
 		return nil
 	}
-	ss.stream = nil
-	ss.replay = nil
+	ss.flow.close()
+	ss.flow.replay = nil
 	defer ss.unclaim(l) // claimed by routeBatch for the whole open unit
-	if err := ss.afterUnit(l, ss.streamUnit, false); err != nil {
+	if err := ss.afterUnit(l, ss.flow.unit, false); err != nil {
 		return err
 	}
 	if err := l.conn.W.Flush(); err != nil {
@@ -590,7 +594,7 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 	ss.applyClientUndo()
 	typ := b.msgs[0].typ
 	if l.replica {
-		ss.replay.add(typ, b.body(b.msgs[0]))
+		ss.flow.replay.add(typ, b.body(b.msgs[0]))
 	}
 	if ss.needsStatements(l, b) {
 		// A statement is to be prepared on l in the middle of the
@@ -619,10 +623,10 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 		if q := ss.restoreQuery(ds); q != "" {
 			// Its RESET's startup values are set again when the open
 			// unit ends (endStream's afterUnit).
-			if ss.streamUnit.restore != "" {
-				q = ss.streamUnit.restore + "; " + q
+			if ss.flow.unit.restore != "" {
+				q = ss.flow.unit.restore + "; " + q
 			}
-			ss.streamUnit.restore = q
+			ss.flow.unit.restore = q
 		}
 	}
 	if err := ss.buffer(l, b); err != nil {
@@ -720,7 +724,7 @@ func (ss *session) routeSplit(b *batch, k int, open, oversized bool) (*link, err
 	if err != nil || l == nil {
 		return l, err
 	}
-	ss.stream = l
+	ss.flow.open(l, false)
 	moved, err := ss.endReplicaStream(l)
 	if err != nil {
 		return nil, err
@@ -735,7 +739,7 @@ func (ss *session) routeSplit(b *batch, k int, open, oversized bool) (*link, err
 			return nil, errServerGone
 		}
 		if !open {
-			ss.stream = nil
+			ss.flow.close()
 			ss.unclaim(l)
 		}
 		return l, nil
@@ -752,7 +756,7 @@ func (ss *session) leavesReplica(b *batch) bool {
 	// transaction block is open on the replica, though no ReadyForQuery
 	// said so yet.
 	inTx := ss.txStatus() != 'I'
-	switch ss.streamUnit.lastTx {
+	switch ss.flow.unit.lastTx {
 	case 'b':
 		inTx = true
 	case 'e':
@@ -767,13 +771,13 @@ func (ss *session) leavesReplica(b *batch) bool {
 	u, _ := ss.analyze(b, false)
 	if inTx {
 		if u.lastTx != 0 {
-			ss.streamUnit.lastTx = u.lastTx
+			ss.flow.unit.lastTx = u.lastTx
 		}
 		return false
 	}
 	leaves := !u.read || u.hintPrim
 	if !leaves && u.lastTx != 0 {
-		ss.streamUnit.lastTx = u.lastTx // BEGIN READ ONLY, COMMIT: the unit stays there
+		ss.flow.unit.lastTx = u.lastTx // BEGIN READ ONLY, COMMIT: the unit stays there
 	}
 	return leaves
 }
@@ -806,9 +810,9 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 		ss.heldCommitted = committedLast(ss.mu.effects, ss.mu.unitSeq)
 	}
 	ss.mu.Unlock()
-	ss.stream = nil
+	ss.flow.close()
 	defer ss.unclaim(l)
-	if err := ss.afterUnit(l, ss.streamUnit, false); err != nil {
+	if err := ss.afterUnit(l, ss.flow.unit, false); err != nil {
 		return false, err
 	}
 	if err := l.conn.W.Flush(); err != nil {
@@ -1184,7 +1188,7 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 	ss.notePortalsEnd(b, u, open)
 	ss.noteChainOnReplica(b, u, open)
 	if open {
-		ss.streamUnit = u // for the position query when the unit's Sync comes
+		ss.flow.unit = u // for the position query when the unit's Sync comes
 	}
 	if u.hintErr != "" {
 		return nil, ss.failUnit(errorf(codeInvalidParameter, "%s", u.hintErr), open)
@@ -2202,8 +2206,8 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 		st.settings = inUnit // (until the unit ends: then unknown, endEffects)
 		ss.mu.Unlock()
 	}
-	if r := ss.replayDue; r != nil {
-		ss.replayDue = nil
+	if r := ss.flow.replayDue; r != nil {
+		ss.flow.replayDue = nil
 		if !l.replica {
 			if err := ss.replayPortals(l, r); err != nil {
 				return errServerGone

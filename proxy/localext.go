@@ -352,7 +352,7 @@ func (ss *session) runWithLocal(b *batch, plan *localSplit, l *link) (open *link
 				return nil
 			}
 			l = routed
-			ss.stream = l
+			ss.flow.open(l, false)
 		} else if err := ss.write(l, &seg); err != nil {
 			return err
 		}

@@ -180,12 +180,10 @@ type session struct {
 
 	// Routing state owned by the session goroutine.
 	classifier *classify.Classifier
-	stream     *link    // a routed batch still open (ended by Flush): its messages follow
-	streamUnit unitInfo // what the router knew of that unit
-	// replay: the replica part of the open unit, while it is on a
-	// replica; replayDue: that part once the unit moved to the primary,
-	// until the rest is routed there (replay.go).
-	replay, replayDue *replayLog
+	// flow: where clientToServer stands between units (collecting,
+	// following a unit open on a server, skipping to a failed unit's
+	// Sync) and what it keeps of the open unit (flow.go).
+	flow unitFlow
 	// unflushed: the connection the client's last messages were written
 	// to without a flush, more of them being buffered (flushHeld).
 	unflushed  *link
