@@ -21,6 +21,9 @@ const (
 	codeInvalidParameter = "22023"
 	codeReadOnlyTx       = "25006"
 	codeUndefinedObject  = "42704"
+	// codeUndefinedPreparedStatement: PostgreSQL's
+	// ERRCODE_UNDEFINED_PSTATEMENT.
+	codeUndefinedPreparedStatement = "26000"
 
 	codeObjectNotInPrerequisiteState = "55000"
 )

@@ -560,14 +560,14 @@ func (ss *session) answerLocal(typ byte, body []byte, exit bool) *pgproto3.Error
 			return abortedTx()
 		case 'B':
 			var bd pgproto3.Bind
-			if err := bd.Decode(body); err == nil && len(bd.Parameters) > 0 {
-				return bindParamsErr(&bd)
+			if err := bd.Decode(body); err != nil {
+				return protoErr(codeProtocolViolation, "invalid Bind message")
 			}
-			if exit && bd.DestinationPortal != "" {
-				// Its portal name is taken (localPlan): a COMMIT or
-				// ROLLBACK passes the failed-transaction check, and
-				// the portal's creation fails.
-				return protoErr("42P03", "cursor %q already exists", bd.DestinationPortal)
+			if _, local := ss.client.kstmts[bd.PreparedStatement]; !local {
+				return ss.serverBindErr(&bd, exit, true)
+			}
+			if len(bd.Parameters) > 0 {
+				return bindParamsErr(&bd)
 			}
 			return abortedTx()
 		default:
@@ -603,7 +603,10 @@ func (ss *session) answerLocal(typ byte, body []byte, exit bool) *pgproto3.Error
 		if err := bd.Decode(body); err != nil {
 			return protoErr(codeProtocolViolation, "invalid Bind message")
 		}
-		cmd := ss.client.kstmts[bd.PreparedStatement]
+		cmd, localStmt := ss.client.kstmts[bd.PreparedStatement]
+		if !localStmt {
+			return ss.serverBindErr(&bd, exit, false)
+		}
 		_, local := ss.client.kportals[bd.DestinationPortal]
 		_, onServer := ss.client.srvPortals[bd.DestinationPortal]
 		if (local || onServer) && bd.DestinationPortal != "" {
@@ -777,6 +780,46 @@ func txWords(b *batch) byte {
 		}
 	}
 	return last
+}
+
+// serverBindErr answers a Bind of a statement on the servers (not one
+// the proxy answers) into a portal name the proxy's own portal takes
+// (localPlan): it fails, and with PostgreSQL's first error in the order
+// it checks (exec_bind_message): the statement must exist (26000); in a
+// failed transaction only a statement that may end it gets further
+// (25P02; exit); the parameter count, where a server described the
+// statement (08P01); and last the portal's name (42P03). (Before, the
+// portal's name came first, or in a failed transaction the proxy's own
+// statements' parameter count: differential 11085008348091833454.)
+func (ss *session) serverBindErr(bd *pgproto3.Bind, exit, failed bool) *pgproto3.ErrorResponse {
+	name := bd.PreparedStatement
+	parse, exists := ss.client.unnamed.parse, ss.client.unnamed.parse != ""
+	if name != "" {
+		var st stmtInfo
+		st, exists = ss.client.stmts[name]
+		parse = st.parse
+		if !exists {
+			_, exists = ss.client.sqlPrepared[name]
+		}
+	}
+	switch {
+	case !exists && name == "":
+		return errorf(codeUndefinedPreparedStatement, "unnamed prepared statement does not exist")
+	case !exists:
+		return errorf(codeUndefinedPreparedStatement, "prepared statement %q does not exist", name)
+	case failed && !exit:
+		return abortedTx()
+	}
+	if parse != "" {
+		ss.mu.Lock()
+		types, known := ss.mu.inferred[parse]
+		ss.mu.Unlock()
+		if known && len(types) != len(bd.Parameters) {
+			return errorf(codeProtocolViolation, "bind message supplies %d parameters, but prepared statement %q requires %d",
+				len(bd.Parameters), name, len(types))
+		}
+	}
+	return errorf("42P03", "cursor %q already exists", bd.DestinationPortal) // PostgreSQL's words
 }
 
 // bindParamsErr is PostgreSQL's error for a Bind with parameters of a
