@@ -355,7 +355,8 @@
 //     AND CHAIN ending a failed READ ONLY transaction on a standby kept the
 //     chained (read-write) transaction there, and its UPDATE failed with
 //     25006 (4050215125046564123; fixed for the simple protocol,
-//     TestChainAfterFailedReadOnlyTx, a regression seed).
+//     TestChainAfterFailedReadOnlyTx, a regression seed; for the extended
+//     protocol on 2026-12-05).
 //
 //   - 353535 (same session): 0 / 0 / 0 / 0. 363636 in the transaction
 //     modes with KINETIC_DIFF_MAX_PREPARED=2: 0 / 0.
@@ -366,6 +367,30 @@
 // cause, pre-existing: the portals of a transaction ended by COMMIT AND
 // CHAIN outlived it (997645668052297296, 10764206626928849785: fixed,
 // regression seeds); 393939: 0 / 0 / 0 / 0.
+//
+// 2026-12-05 (session 20), on 034b30a and the fixes as they landed:
+//
+//   - 404040: 0 / 1 / 0 / 0: a Parse of a name in a batch pipelined behind
+//     one whose Close of the name the server skipped after an error; the
+//     proxy took the Close as done and sent the batch to a standby, which
+//     accepted the Parse where PostgreSQL answers 42P05
+//     (3433646377040350236, the whole sequence every time; fixed in
+//     settleReferences, a regression seed).
+//   - 414141: 0 / 0 / 0 / 0.
+//   - 424242: 0 / 1 / 0 / 1, deterministic: the ParameterStatus of a
+//     setting a ROLLBACK reverted in a standby's part of a moved unit was
+//     withheld when the rest failed (2726224269824871064; fixed in
+//     committedLast, a regression seed).
+//   - 434343: 0 / 0 / 0 / 0.
+//   - 444444: 1 / 2 / 1 / 2, two classes, both deterministic and
+//     pre-existing: a Bind of a statement that never existed into a portal
+//     name the proxy's own portal held got the proxy's 08P01 where
+//     PostgreSQL answers 26000 (11085008348091833454, every mode); and an
+//     open batch's replay log, taken after the batch was written, lost the
+//     statement a portal was bound from when the batch also Closed it, so
+//     a Parse of the name after the Flush passed for it (08P01 on the
+//     primary where PostgreSQL binds; 18422407613234683055). Both fixed,
+//     regression seeds.
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
