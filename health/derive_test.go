@@ -387,32 +387,33 @@ func TestDecodeProbeRow(t *testing.T) {
 		wantErr string
 	}{
 		{"fresh primary: insert position past the segment header",
-			row("f", "7713904618879911539", "1", "50331688", "NULL", "NULL", "f", "8192", "NULL"),
+			row("f", "7713904618879911539", "1", "50331688", "NULL", "NULL", "f", "8192", "NULL", "f"),
 			Verdict{Detected: RolePrimary, SystemID: "7713904618879911539", Timeline: 1, CurrentLSN: 0x3000000}, ""},
 		{"standby",
-			row("t", "77", "2", "NULL", "50331800", "50331700", "t", "8192", "NULL"),
+			row("t", "77", "2", "NULL", "50331800", "50331700", "t", "8192", "NULL", "f"),
 			Verdict{Detected: RoleStandby, SystemID: "77", Timeline: 2, ReceiveLSN: 50331800, ReplayLSN: 50331700, ReplayPaused: true}, ""},
 		{"standby with a start time",
-			row("t", "77", "2", "NULL", "50331800", "50331700", "f", "8192", "1764547200123456"),
+			row("t", "77", "2", "NULL", "50331800", "50331700", "f", "8192", "1764547200123456", "f"),
 			Verdict{Detected: RoleStandby, SystemID: "77", Timeline: 2, ReceiveLSN: 50331800, ReplayLSN: 50331700,
 				StartedAt: time.UnixMicro(1764547200123456)}, ""},
 		{"standby that never streamed",
-			row("t", "77", "1", "NULL", "NULL", "50331648", "f", "8192", "NULL"),
+			row("t", "77", "1", "NULL", "NULL", "50331648", "f", "8192", "NULL", "t"),
 			Verdict{Detected: RoleStandby, SystemID: "77", Timeline: 1, ReplayLSN: 50331648}, ""},
-		{"timeline above 2^31", row("f", "77", "4294967295", "100", "NULL", "NULL", "f", "8192", "NULL"),
+		{"timeline above 2^31", row("f", "77", "4294967295", "100", "NULL", "NULL", "f", "8192", "NULL", "f"),
 			Verdict{Detected: RolePrimary, SystemID: "77", Timeline: 4294967295, CurrentLSN: 100}, ""},
-		{"LSN above 2^63", row("f", "77", "1", "18446744073709551615", "NULL", "NULL", "f", "8192", "NULL"),
+		{"LSN above 2^63", row("f", "77", "1", "18446744073709551615", "NULL", "NULL", "f", "8192", "NULL", "f"),
 			Verdict{Detected: RolePrimary, SystemID: "77", Timeline: 1, CurrentLSN: 1<<64 - 1}, ""},
-		{"bad role", row("x", "77", "1", "1", "NULL", "NULL", "f", "8192", "NULL"), Verdict{}, "pg_is_in_recovery"},
-		{"no system id", row("f", "", "1", "1", "NULL", "NULL", "f", "8192", "NULL"), Verdict{}, "system identifier"},
-		{"bad timeline", row("f", "77", "-1", "1", "NULL", "NULL", "f", "8192", "NULL"), Verdict{}, "timeline"},
-		{"timeline too big", row("f", "77", "4294967296", "1", "NULL", "NULL", "f", "8192", "NULL"), Verdict{}, "timeline"},
-		{"bad LSN", row("f", "77", "1", "0/16B6C50", "NULL", "NULL", "f", "8192", "NULL"), Verdict{}, "current WAL position"},
-		{"bad paused", row("t", "77", "1", "NULL", "1", "1", "maybe", "8192", "NULL"), Verdict{}, "pg_is_wal_replay_paused"},
+		{"bad role", row("x", "77", "1", "1", "NULL", "NULL", "f", "8192", "NULL", "f"), Verdict{}, "pg_is_in_recovery"},
+		{"no system id", row("f", "", "1", "1", "NULL", "NULL", "f", "8192", "NULL", "f"), Verdict{}, "system identifier"},
+		{"bad timeline", row("f", "77", "-1", "1", "NULL", "NULL", "f", "8192", "NULL", "f"), Verdict{}, "timeline"},
+		{"timeline too big", row("f", "77", "4294967296", "1", "NULL", "NULL", "f", "8192", "NULL", "f"), Verdict{}, "timeline"},
+		{"bad LSN", row("f", "77", "1", "0/16B6C50", "NULL", "NULL", "f", "8192", "NULL", "f"), Verdict{}, "current WAL position"},
+		{"bad timeline fallback", row("t", "77", "1", "NULL", "1", "1", "f", "8192", "NULL", "NULL"), Verdict{}, "timeline fallback"},
+		{"bad paused", row("t", "77", "1", "NULL", "1", "1", "maybe", "8192", "NULL", "f"), Verdict{}, "pg_is_wal_replay_paused"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := decodeProbeRow(tc.row)
+			got, fallback, err := decodeProbeRow(tc.row)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("decodeProbeRow = %+v, %v; want an error about %q", got, err, tc.wantErr)
@@ -421,6 +422,9 @@ func TestDecodeProbeRow(t *testing.T) {
 			}
 			if err != nil || got != tc.want {
 				t.Fatalf("decodeProbeRow = %+v, %v\nwant %+v", got, err, tc.want)
+			}
+			if want := tc.row[9][0] == 't'; fallback != want {
+				t.Fatalf("decodeProbeRow fallback = %v, want %v", fallback, want)
 			}
 		})
 	}

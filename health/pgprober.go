@@ -35,6 +35,9 @@ import (
 //  9. pg_postmaster_start_time(), in microseconds since the epoch: a
 //     standby that restarted may accept queries at its minimum recovery
 //     point, behind what it showed before (Verdict.StartedAt)
+//  10. whether a standby's timeline (3) came from the fallback: no
+//     received_tli to read (a probe role with REPLICATION may then ask
+//     the standby IDENTIFY_SYSTEM, see identify.go)
 //
 // The standby-only functions keep answering after a promotion (frozen at the
 // end of recovery), so the CASEs also keep their stale values off a primary.
@@ -54,7 +57,8 @@ const probeSQL = `select r,
   case when r then pg_last_wal_replay_lsn() - '0/0' end,
   case when r then pg_is_wal_replay_paused() else false end,
   current_setting('wal_block_size'),
-  (extract(epoch from pg_postmaster_start_time()) * 1000000)::bigint
+  (extract(epoch from pg_postmaster_start_time()) * 1000000)::bigint,
+  r and coalesce((select received_tli from pg_stat_wal_receiver), 0) = 0
 from pg_is_in_recovery() as r`
 
 // closeTimeout bounds the Terminate of a connection the prober gives up.
@@ -89,6 +93,11 @@ type PGProber struct {
 	idle    map[string]*pool.Conn    // addr -> open connection between probes
 	dialing map[string]*pendingDial  // addr -> connection being made
 	hist    map[string]cachedHistory // addr -> its timeline history (Probe)
+	// replayTL: addr -> what is known of a standby's replayed timeline
+	// beyond received_tli (Probe, identify.go). primaryTL: system
+	// identifier -> the highest timeline a primary of it was probed on.
+	replayTL  map[string]replayTimeline
+	primaryTL map[string]uint32
 }
 
 // pendingDial is a connection being made in the background. When it ends
@@ -118,8 +127,10 @@ func NewPGProber(user, password, database, tlsMode string) *PGProber {
 		dialer: pool.Dialer{TLSMode: tlsMode},
 		cred: pool.Credentials{User: user, Password: password, Database: database,
 			Params: map[string]string{"application_name": "pg-kinetic health"}},
-		idle:    make(map[string]*pool.Conn),
-		dialing: make(map[string]*pendingDial),
+		idle:      make(map[string]*pool.Conn),
+		dialing:   make(map[string]*pendingDial),
+		replayTL:  make(map[string]replayTimeline),
+		primaryTL: make(map[string]uint32),
 	}
 }
 
@@ -131,24 +142,61 @@ func (p *PGProber) Named(applicationName string) *PGProber {
 }
 
 // Probe asks the server at addr, in one query (probeSQL), whether it is in
-// recovery, its system identifier, timeline and WAL positions. It reuses the open connection to addr when there is
-// one; if that fails (say the server restarted since) it retries once on a
-// fresh connection, so one restart does not look like an outage.
+// recovery, its system identifier, timeline and WAL positions. It reuses
+// the open connection to addr when there is one; if that fails (say the
+// server restarted since) it retries once on a fresh connection, so one
+// restart does not look like an outage.
 //
 // On a primary past timeline 1 the verdict also carries its timeline
 // history (Verdict.History), read once per server and timeline with
 // historySQL; a role that may not read it gets none, and tries again
 // after historyRetry.
+//
+// A standby whose last probe could not read received_tli, while a primary
+// of its system was seen on a later timeline, is first asked the timeline
+// it replays with IDENTIFY_SYSTEM on a replication connection, within half
+// of the probe's time (identify.go: when, how often, and after a refusal).
 func (p *PGProber) Probe(ctx context.Context, addr string) (Verdict, error) {
-	var v Verdict
+	now := time.Now()
+	p.mu.Lock()
+	st := p.replayTL[addr]
+	due := st.identifyDue(p.primaryTL[st.sysID], now)
+	p.mu.Unlock()
+	var id identifyResult
+	if due {
+		ictx, cancel := identifyContext(ctx, now)
+		id = p.identifySystem(ictx, addr)
+		cancel()
+	}
+
+	var (
+		v        Verdict
+		fallback bool
+	)
 	err := p.run(ctx, addr, func(conn *pool.Conn) (err error) {
-		v, err = query(ctx, conn)
+		v, fallback, err = query(ctx, conn)
 		if err == nil && v.Detected == RolePrimary && v.Timeline > 1 {
 			v.History = p.history(ctx, conn, addr, v.Timeline)
 		}
 		return err
 	})
-	return v, err
+	if err != nil {
+		if id.refused {
+			p.mu.Lock()
+			st := p.replayTL[addr]
+			st.refusedAt, st.askedAt = now, now
+			p.replayTL[addr] = st
+			p.mu.Unlock()
+		}
+		return v, err
+	}
+	p.mu.Lock()
+	if v.Detected == RolePrimary {
+		p.primaryTL[v.SystemID] = max(p.primaryTL[v.SystemID], v.Timeline)
+	}
+	p.replayTL[addr], v.Timeline = p.replayTL[addr].observe(v, fallback, id, p.primaryTL[v.SystemID], now)
+	p.mu.Unlock()
+	return v, nil
 }
 
 // historyViaReplication asks the server at addr for timeline tl's
@@ -156,12 +204,7 @@ func (p *PGProber) Probe(ctx context.Context, addr string) (Verdict, error) {
 // connection of its own (replication=true) closed at once. The probe role
 // needs REPLICATION and pg_hba.conf a replication entry for it.
 func (p *PGProber) historyViaReplication(ctx context.Context, addr string, tl uint32) (*TimelineHistory, error) {
-	cred := p.cred
-	cred.Params = map[string]string{"replication": "true"}
-	for k, v := range p.cred.Params {
-		cred.Params[k] = v
-	}
-	conn, err := p.dialer.Dial(ctx, addr, cred)
+	conn, err := p.replicationConn(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -349,6 +392,7 @@ func (p *PGProber) Forget(addr string) {
 	p.mu.Lock()
 	conn := p.idle[addr]
 	delete(p.idle, addr)
+	delete(p.replayTL, addr)
 	p.mu.Unlock()
 	if conn != nil {
 		conn.Terminate(closeTimeout)
@@ -439,20 +483,36 @@ func (p *PGProber) runDial(ctx context.Context, addr string, d *pendingDial) {
 }
 
 // query runs probeSQL on conn and decodes its row.
-func query(ctx context.Context, conn *pool.Conn) (Verdict, error) {
+func query(ctx context.Context, conn *pool.Conn) (v Verdict, fallback bool, err error) {
 	rows, err := conn.Query(ctx, probeSQL)
 	if err != nil {
-		return Verdict{}, err
+		return Verdict{}, false, err
 	}
-	if len(rows) != 1 || len(rows[0]) != 9 {
-		return Verdict{}, errors.New("probe: unexpected result shape")
+	if len(rows) != 1 || len(rows[0]) != 10 {
+		return Verdict{}, false, errors.New("probe: unexpected result shape")
 	}
 	return decodeProbeRow(rows[0])
 }
 
 // decodeProbeRow turns probeSQL's row (text format; nil is NULL) into the
-// fields a Prober fills.
-func decodeProbeRow(row [][]byte) (Verdict, error) {
+// fields a Prober fills, and whether a standby's timeline came from the
+// fallback (column 10).
+func decodeProbeRow(row [][]byte) (Verdict, bool, error) {
+	v, err := decodeProbeColumns(row)
+	if err != nil {
+		return Verdict{}, false, err
+	}
+	switch string(row[9]) {
+	case "t":
+		return v, true, nil
+	case "f":
+		return v, false, nil
+	}
+	return Verdict{}, false, fmt.Errorf("probe: timeline fallback %q", row[9])
+}
+
+// decodeProbeColumns decodes probeSQL's columns 1 to 9.
+func decodeProbeColumns(row [][]byte) (Verdict, error) {
 	var v Verdict
 	switch string(row[0]) {
 	case "t":

@@ -382,3 +382,88 @@ func failoverTokens(t *testing.T, grant string) {
 		t.Fatal(err)
 	}
 }
+
+// TestFailoverStandbyTimelineWithReplicationOnly (issue 14 item 3): the
+// probe role has REPLICATION but not pg_read_all_stats, so it sees no
+// standby's received_tli. After a failover the re-pointed standby's
+// timeline still reaches the new one within a few probe intervals (the
+// probes ask it IDENTIFY_SYSTEM, which answers the timeline it replays),
+// where the restartpoint's timeline would keep it on the old one for tens
+// of seconds; then a session's read of its own write on the new timeline
+// runs on that standby (inet_server_port()) rather than on the primary.
+func TestFailoverStandbyTimelineWithReplicationOnly(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
+	ctx := ctxT(t, 120*time.Second)
+	if err := cl.Primary.Exec(ctx, "ALTER ROLE "+pgtest.AppUser+" REPLICATION"); err != nil {
+		t.Fatal(err)
+	}
+	tbl := chaosTable(t, ctx, cl)
+	old, promoted, follower := cl.Primary, cl.Standbys[0], cl.Standbys[1]
+
+	// The premise: the probe role cannot read the WAL receiver's timeline.
+	app := connect(t, ctx, follower.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
+	var stats bool
+	var tli *int64
+	if err := app.QueryRow(ctx, "select pg_has_role('pg_read_all_stats', 'usage'), (select received_tli::bigint from pg_stat_wal_receiver)").Scan(&stats, &tli); err != nil {
+		t.Fatal(err)
+	}
+	if stats || tli != nil {
+		t.Fatalf("the app role has pg_read_all_stats %v, sees received_tli %v; want neither", stats, tli)
+	}
+	app.Close(ctx)
+
+	dsn := chaosProxy(t, cl, kinetictest.Params{Primary: old.Addr(), Replicas: addrs(promoted, follower)}, "")
+	awaitReplicaRead(t, dsn, pgtest.Ports(promoted, follower))
+	if tl := adminServers(t, ctx, dsn)[follower.Addr()]["timeline"]; tl != "1" {
+		t.Fatalf("the follower's timeline before the failover: %s, want 1", tl)
+	}
+
+	if err := old.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Promote(ctx, promoted); err != nil { // re-points the follower
+		t.Fatal(err)
+	}
+	promotedAt := time.Now()
+
+	// A session writes on the new primary: its token is of timeline 2.
+	var w *pgx.Conn
+	awaitCond(t, 20*time.Second, "a write on the promoted server", func() (bool, error) {
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return false, err
+		}
+		p, err := readPort(ctx, c, "insert into "+tbl+" values (1, 'x') returning inet_server_port()")
+		if err != nil || p != promoted.Port {
+			c.Close(ctx)
+			if err == nil {
+				err = fmt.Errorf("the write ran on %d, want the promoted %d", p, promoted.Port)
+			}
+			return false, err
+		}
+		w = c
+		return true, nil
+	})
+	t.Cleanup(func() { w.Close(context.Background()) })
+	if tok, err := showSimple(ctx, w, "pg_kinetic.write_lsn"); err != nil || !strings.HasPrefix(tok, "2:") {
+		t.Fatalf("the session's token after its write = %q, %v; want timeline 2", tok, err)
+	}
+
+	// The follower's timeline, as the probes see it, follows within a few
+	// probe intervals (200 ms).
+	awaitCond(t, 5*time.Second, "SHOW SERVERS to show the follower on timeline 2", func() (bool, error) {
+		row := adminServers(t, ctx, dsn)[follower.Addr()]
+		return row["timeline"] == "2" && row["detected_role"] == "standby", nil
+	})
+	t.Logf("the follower shown on timeline 2 %v after the promotion", time.Since(promotedAt).Round(time.Millisecond))
+
+	// The session's read of its own write runs on the follower.
+	awaitCond(t, 5*time.Second, "the session's read of its own write on the follower", func() (bool, error) {
+		p, n, err := rowAt(ctx, w, tbl, 1)
+		if err != nil || n != 1 {
+			return false, fmt.Errorf("read of the session's own write: %d rows on %d, %v", n, p, err)
+		}
+		return p == follower.Port, nil
+	})
+	t.Logf("the session's read of its own write ran on the follower %v after the promotion", time.Since(promotedAt).Round(time.Millisecond))
+}
