@@ -808,6 +808,11 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 		l.st.settings = settingsUnknown
 		ss.mu.movedEffects = true
 		ss.heldCommitted = committedLast(ss.mu.effects, ss.mu.unitSeq)
+	} else if ss.mu.commitSeq == ss.mu.unitSeq {
+		// A COMMIT of the part settled its SETs already (committedLocked
+		// took them off effects): kept, whatever the rest does
+		// (differential 11978386151710806781).
+		ss.heldCommitted = true
 	}
 	ss.mu.Unlock()
 	ss.flow.close()

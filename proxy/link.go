@@ -1367,6 +1367,7 @@ func (ss *session) committedLocked() {
 		// the block was the batch's implicit one (PostgreSQL commits it,
 		// with a warning) and an error follows in the same batch.
 		unitErr, restored, moved := ss.mu.unitErr, ss.mu.restored, ss.mu.movedEffects
+		ss.mu.commitSeq = ss.mu.effects[i].seq
 		ss.settleEffects(i, i+1, true)
 		ss.mu.unitErr, ss.mu.restored, ss.mu.movedEffects = unitErr, restored, moved
 		return

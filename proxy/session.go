@@ -321,6 +321,10 @@ type session struct {
 		// body (shapeChanged compares a re-Parse's with it).
 		shapes  map[string]string
 		effects []effect // of the units in progress, applied when theirs ends well
+		// commitSeq: the unit whose COMMIT last settled the effects before
+		// it (committedLocked), so a replica part whose SETs it kept
+		// reports them whatever the rest does (endReplicaStream).
+		commitSeq uint64
 		// unitSeq counts the client's units written to servers (each ended
 		// by a Sync or Query), doneSeq their ReadyForQuery: pipelined
 		// units' effects apply or not each with its own unit.
