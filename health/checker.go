@@ -146,9 +146,10 @@ type loop struct {
 // keepStandbyTimeline returns the timeline to record for a standby probed
 // by l: a standby's replay timeline never goes down while it runs, but
 // what a probe sees of it may. Without a WAL receiver (streaming broke
-// off, as when its primary dies) or without pg_read_all_stats, the probe
-// falls back to the timeline of the standby's latest restartpoint, which
-// may be one or more timelines behind. Within one run of the server
+// off, as when its primary dies) or without pg_read_all_stats (and
+// REPLICATION, see identify.go), the probe falls back to the timeline of
+// the standby's latest restartpoint, which may be one or more timelines
+// behind. Within one run of the server
 // (same start time) the highest timeline seen stands; a restart (a
 // rewind, a re-clone) starts afresh. Guarded by Checker.mu.
 func (l *loop) keepStandbyTimeline(tl uint32, started time.Time) uint32 {

@@ -13,7 +13,11 @@
 // The probe (PGProber) is one query on a connection kept open between
 // probes: pg_is_in_recovery(), the system identifier, the timeline, and the
 // WAL positions (a primary's insert position; a standby's receive and replay
-// positions and whether replay is paused).
+// positions and whether replay is paused). A standby whose timeline the
+// query could only take from its restartpoint (no pg_read_all_stats), while
+// a primary of its system is on a later one, is also asked IDENTIFY_SYSTEM
+// on a short replication connection (a role with REPLICATION), at most as
+// often as identify.go says: the timeline it replays.
 //
 // Lag is derived, never asked of PostgreSQL: per route, the Checker keeps a
 // short history of the configured primary's positions (Sample) and judges

@@ -26,7 +26,8 @@ import (
 //     latest restartpoint's timeline and its minimum recovery point's
 //     (moved on when recovery flushes a page; under a light load that is
 //     no sooner than the restartpoint): both at or behind the timeline it
-//     replays, never ahead
+//     replays, never ahead (Probe may then ask the standby, see
+//     identify.go)
 //  4. a primary's pg_current_wal_insert_lsn(), in bytes
 //  5. a standby's pg_last_wal_receive_lsn(), in bytes
 //  6. a standby's pg_last_wal_replay_lsn(), in bytes

@@ -72,8 +72,11 @@ type Verdict struct {
 	// checkpoint). A standby: the one its WAL receiver streams
 	// (pg_stat_wal_receiver.received_tli); without a receiver, or when the
 	// probe user may not read the receiver's details (it needs
-	// pg_read_all_stats), the timeline of its latest restartpoint, which
-	// can lag a timeline switch by up to checkpoint_timeout. 0: unknown.
+	// pg_read_all_stats), the one it replays as IDENTIFY_SYSTEM answers
+	// when the probe user has REPLICATION and a primary was seen on a
+	// later timeline (PGProber.Probe), else the timeline of its latest
+	// restartpoint or minimum recovery point, which can lag a timeline
+	// switch by up to checkpoint_timeout. 0: unknown.
 	Timeline uint32
 	// CurrentLSN is a primary's WAL insert position,
 	// pg_current_wal_insert_lsn(), made comparable with replay positions by
