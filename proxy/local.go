@@ -138,13 +138,8 @@ func (ss *session) chainAfterFailedReplicaTx() (bool, error) {
 	// link goes back to its pool once the ROLLBACK is answered.
 	ss.mu.cur = nil
 	ss.mu.Unlock()
-	err := ss.inject(l, &pgproto3.Query{String: "ROLLBACK"}, 'Z')
-	if err == nil {
-		err = l.conn.W.Flush()
-	}
-	ss.unclaim(l)
-	if err != nil {
-		return true, errServerGone
+	if err := ss.rollbackClaimed(l); err != nil {
+		return true, err
 	}
 	ss.mu.Lock()
 	ss.mu.tx = 'T'
@@ -247,13 +242,8 @@ func (ss *session) endChainOnReplica() error {
 	}
 	ss.mu.cur = nil // as in chainAfterFailedReplicaTx
 	ss.mu.Unlock()
-	err := ss.inject(l, &pgproto3.Query{String: "ROLLBACK"}, 'Z')
-	if err == nil {
-		err = l.conn.W.Flush()
-	}
-	ss.unclaim(l)
-	if err != nil {
-		return errServerGone
+	if err := ss.rollbackClaimed(l); err != nil {
+		return err
 	}
 	ss.deferred = "BEGIN"
 	return nil
@@ -469,4 +459,20 @@ func (ss *session) kineticSet(set classify.Setting) (string, *pgproto3.ErrorResp
 		return "RESET", nil
 	}
 	return "SET", nil
+}
+
+// rollbackClaimed ends the transaction open on l, which the caller has
+// claimed and no longer counts as the session's current server, with a
+// ROLLBACK of the proxy's own (its answer swallowed), and gives the claim
+// back; errServerGone when l could not be written to.
+func (ss *session) rollbackClaimed(l *link) error {
+	err := ss.inject(l, &pgproto3.Query{String: "ROLLBACK"}, 'Z')
+	if err == nil {
+		err = l.conn.W.Flush()
+	}
+	ss.unclaim(l)
+	if err != nil {
+		return errServerGone
+	}
+	return nil
 }

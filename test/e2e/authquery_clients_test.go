@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -119,12 +117,7 @@ func TestAuthQueryPassThroughClients(t *testing.T) {
 	// psql (libpq) over TLS with channel binding required.
 	host, port, _ := strings.Cut(addr, ":")
 	conninfo := fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=require channel_binding=require", host, port, user, route)
-	env := clientEnv()
-	for i, kv := range env {
-		if strings.HasPrefix(kv, "PGPASSWORD=") {
-			env[i] = "PGPASSWORD=" + userPass
-		}
-	}
+	env := clientEnv("PGPASSWORD=" + userPass)
 	script := strings.Repeat("select current_user, inet_server_port();\n", 20)
 	out := mustPsql(t, ctx, conninfo, env, strings.NewReader(script), "-At", "-F", " ").stdout
 	if !readsOn(t, out, user, cl.StandbyPorts()) {
@@ -135,22 +128,7 @@ func TestAuthQueryPassThroughClients(t *testing.T) {
 	}
 
 	// psycopg 3 over TLS with channel binding required.
-	py := "/usr/bin/python3"
-	if exec.Command(py, "-c", "import psycopg").Run() != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("psycopg is missing for /usr/bin/python3 (Debian python3-psycopg); CI is set")
-		}
-		t.Skip("psycopg is missing for /usr/bin/python3 (Debian python3-psycopg)")
-	}
-	pyScript := `import sys, psycopg
-with psycopg.connect(sys.argv[1], autocommit=True) as c:
-    assert c.pgconn.ssl_in_use, "not on TLS"
-    for _ in range(20):
-        print(*c.execute("select current_user, inet_server_port()").fetchone())
-`
-	cmd := exec.CommandContext(ctx, py, "-c", pyScript, conninfo+" password="+userPass)
-	cmd.Env = clientEnv()
-	res := runCommand(t, cmd)
+	res := psycopgReads(t, ctx, conninfo+" password="+userPass, true)
 	if res.code != 0 || !readsOn(t, res.stdout, user, cl.StandbyPorts()) {
 		t.Errorf("psycopg: no read reached a replica:\n%s", res)
 	}

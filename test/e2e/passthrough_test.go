@@ -121,12 +121,7 @@ func TestSCRAMPassThrough(t *testing.T) {
 			kinetictest.AwaitReadOn(t, ctx, dsn, cl.StandbyPorts())
 
 			// psql (libpq), reads until one reaches a replica.
-			env := clientEnv()
-			for i, kv := range env {
-				if strings.HasPrefix(kv, "PGPASSWORD=") {
-					env[i] = "PGPASSWORD=" + password
-				}
-			}
+			env := clientEnv("PGPASSWORD=" + password) // (exec keeps the last value)
 			conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable", px.Port(), role, pgtest.AppDB)
 			script := strings.Repeat("select current_user, inet_server_port();\n", 20)
 			out := mustPsql(t, ctx, conninfo, env, strings.NewReader(script), "-At", "-F", " ").stdout
@@ -135,21 +130,7 @@ func TestSCRAMPassThrough(t *testing.T) {
 			}
 
 			// psycopg 3 (libpq under Python), autocommit reads.
-			py := "/usr/bin/python3"
-			if exec.Command(py, "-c", "import psycopg").Run() != nil {
-				if os.Getenv("CI") != "" {
-					t.Fatal("psycopg is missing for /usr/bin/python3 (Debian python3-psycopg); CI is set")
-				}
-				t.Skip("psycopg is missing for /usr/bin/python3 (Debian python3-psycopg)")
-			}
-			pyScript := `import sys, psycopg
-with psycopg.connect(sys.argv[1], autocommit=True) as c:
-    for _ in range(20):
-        print(*c.execute("select current_user, inet_server_port()").fetchone())
-`
-			cmd := exec.CommandContext(ctx, py, "-c", pyScript, conninfo+" password="+password)
-			cmd.Env = clientEnv()
-			res := runCommand(t, cmd)
+			res := psycopgReads(t, ctx, conninfo+" password="+password, false)
 			if res.code != 0 || !readsOn(t, res.stdout, role, cl.StandbyPorts()) {
 				t.Errorf("psycopg: no read reached a replica:\n%s", res)
 			}
@@ -216,6 +197,34 @@ func TestMD5HashPassThrough(t *testing.T) {
 	if _, err := pgx.Connect(ctx, kinetictest.DSN(addr, pgtest.MD5User, "wrong", pgtest.AppDB)); pgCode(err) != "28P01" {
 		t.Errorf("wrong password: %v", err)
 	}
+}
+
+// psycopgReads runs 20 autocommit reads of current_user and
+// inet_server_port() through psycopg 3 (libpq under Python) with conninfo,
+// one "user port" line each; wantTLS asserts the connection is on TLS. It
+// skips the test when psycopg is missing, except under CI.
+func psycopgReads(t *testing.T, ctx context.Context, conninfo string, wantTLS bool) psqlResult {
+	t.Helper()
+	py := "/usr/bin/python3"
+	if exec.Command(py, "-c", "import psycopg").Run() != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("psycopg is missing for /usr/bin/python3 (Debian python3-psycopg); CI is set")
+		}
+		t.Skip("psycopg is missing for /usr/bin/python3 (Debian python3-psycopg)")
+	}
+	script := `import sys, psycopg
+with psycopg.connect(sys.argv[1], autocommit=True) as c:
+    assert c.pgconn.ssl_in_use or sys.argv[2] != "tls", "not on TLS"
+    for _ in range(20):
+        print(*c.execute("select current_user, inet_server_port()").fetchone())
+`
+	tls := "any"
+	if wantTLS {
+		tls = "tls"
+	}
+	cmd := exec.CommandContext(ctx, py, "-c", script, conninfo, tls)
+	cmd.Env = clientEnv()
+	return runCommand(t, cmd)
 }
 
 // startTOML runs an in-process kineticd with config text toml until the
@@ -352,12 +361,7 @@ func TestNoPlaintextPasswordAnywhere(t *testing.T) {
 	kinetictest.AwaitReadOn(t, ctx, dsn, cl.StandbyPorts())
 	// psql as the verifier user; the md5 user through pgx (its hash
 	// answers the server's md5 challenge).
-	env := clientEnv()
-	for i, kv := range env {
-		if strings.HasPrefix(kv, "PGPASSWORD=") {
-			env[i] = "PGPASSWORD=" + password
-		}
-	}
+	env := clientEnv("PGPASSWORD=" + password)
 	conninfo := fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=disable", strings.Split(addr, ":")[0], strings.Split(addr, ":")[1], role, pgtest.AppDB)
 	out := mustPsql(t, ctx, conninfo, env, strings.NewReader(strings.Repeat("select current_user, inet_server_port();\n", 20)), "-At", "-F", " ").stdout
 	if !readsOn(t, out, role, cl.StandbyPorts()) {
