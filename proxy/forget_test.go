@@ -71,3 +71,39 @@ func TestClosedStatementsForgetTheirBodies(t *testing.T) {
 		t.Errorf("the unnamed statement's records: inferred %v, shape %v; want both kept", inf, sh)
 	}
 }
+
+// A Parse written to a replica link whose reader found it dead a moment
+// before (a standby restarting) did not happen: the retried read must not
+// find the client holding the statement, or its own Parse of the name
+// follows a re-Parse of the proxy's and fails with 42P05. The consistency
+// checker hit this twice in CI (2026-12-04 and 2026-12-05) under standby
+// restarts; on the old code the op was queued on the dead link, never
+// undone.
+func TestNoteStmtOpOnDeadLink(t *testing.T) {
+	parse := func(name, query string) []byte {
+		b, err := (&pgproto3.Parse{Name: name, Query: query}).Encode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b[5:]
+	}
+	for _, dead := range []bool{false, true} {
+		ss := &session{log: zap.NewNop()}
+		ss.mu.tx = 'I'
+		ss.initWaits()
+		ss.client.stmts = map[string]stmtInfo{}
+		l := newLink(&pool.Conn{Addr: "standby:5432", W: bufio.NewWriter(io.Discard)}, nil, true, true)
+		l.dead = dead // as linkFailed sets it, from the link's reader
+		if err := ss.trackFrontend(l, 'P', parse("stmtcache_1", "select 1")); err != nil {
+			t.Fatal(err)
+		}
+		ss.applyClientUndo() // what the retry's sendTo does first (takeUndo)
+		_, held := ss.client.stmts["stmtcache_1"]
+		if held == dead {
+			t.Errorf("link dead %v: the client holds the statement: %v, want %v", dead, held, !dead)
+		}
+		if queued := len(l.ops) == 1; queued == dead {
+			t.Errorf("link dead %v: op queued on the link: %v", dead, queued)
+		}
+	}
+}

@@ -1159,11 +1159,27 @@ func (ss *session) discardNow(l *link, ds []*classified) {
 
 // noteStmtOp queues op on l, in the order the server answers. Callers
 // hold no lock (session goroutine).
+//
+// A link that died meanwhile (linkFailed, from its reader, while the
+// session goroutine was still writing the batch to it) never answers:
+// the op did not happen for the client, as linkFailed says of the ops
+// queued before it. Queued on the dead link it would never be undone,
+// and a read retried elsewhere would find the client holding a
+// statement it never got: its own Parse then followed a re-Parse of
+// the proxy's, 42P05 "already exists" (the consistency checker under
+// standby restarts, 2026-12-04 and 2026-12-05; TestNoteStmtOpOnDeadLink).
 func (ss *session) noteStmtOp(l *link, op stmtOp) {
 	ss.mu.Lock()
+	defer ss.mu.Unlock()
 	op.batch, op.idx = l.batches, l.sent
+	if l.dead {
+		if !op.noop {
+			ss.mu.undo = append(ss.mu.undo, op)
+			ss.hasUndo.Store(true)
+		}
+		return
+	}
 	l.ops = append(l.ops, op)
-	ss.mu.Unlock()
 }
 
 // stmtAnswered confirms the first queued op answered by a ParseComplete
