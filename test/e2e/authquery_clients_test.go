@@ -20,11 +20,12 @@ import (
 // in to the primary (pass-through has no key yet): the looked-up user gets
 // FATAL 28000, as docs/behaviour.md says. Once the auth_user has logged in
 // through kineticd, the auth_user's lookups log in with its ClientKey and
-// the looked-up user logs in through pgx without and with TLS
-// (channel_binding=require: SCRAM-SHA-256-PLUS), psql over TLS with
-// channel_binding=require and psycopg 3 likewise; its writes run on the
-// primary and its reads reach the replica, every server login of both
-// users being a pass-through.
+// the looked-up user (every login a lookup of its own, the user's
+// password changed on the server before each client) logs in
+// through pgx without and with TLS (channel_binding=require:
+// SCRAM-SHA-256-PLUS), psql over TLS with channel_binding=require and
+// psycopg 3 likewise; its writes run on the primary and its reads reach
+// the replicas, every server login of both users being a pass-through.
 func TestAuthQueryPassThroughClients(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 3*time.Minute)
@@ -42,7 +43,11 @@ func TestAuthQueryPassThroughClients(t *testing.T) {
 	cert, key := selfSigned(t)
 	route := uniqueIdent("aqpt")
 	var extra strings.Builder
-	fmt.Fprintf(&extra, "\n[[routes]]\nname = %q\ndatabase = %q\nbackend_database = %q\nauth_user = %q\n", route, route, pgtest.AppDB, authUser)
+	// auth_cache_ttl_ms = 0: every login of the looked-up user below (pgx,
+	// pgx over TLS, psql, psycopg) is a lookup of its own, each logging in
+	// to the primary as the auth_user by pass-through, not one lookup and
+	// then the cache.
+	fmt.Fprintf(&extra, "\n[[routes]]\nname = %q\ndatabase = %q\nbackend_database = %q\nauth_user = %q\nauth_cache_ttl_ms = 0\n", route, route, pgtest.AppDB, authUser)
 	fmt.Fprintf(&extra, "[routes.primary]\naddress = %q\n", cl.Primary.Addr())
 	for _, s := range cl.Standbys {
 		fmt.Fprintf(&extra, "[[routes.replicas]]\naddress = %q\n", s.Addr())
@@ -65,11 +70,23 @@ func TestAuthQueryPassThroughClients(t *testing.T) {
 	}
 	addr := startTOML(t, toml)
 	dsn := kinetictest.DSN(addr, user, userPass, route)
-	tlsDSN := strings.Replace(dsn, "sslmode=disable", "sslmode=require&channel_binding=require", 1)
 	login := func(dsn string) (*pgx.Conn, error) {
 		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
 		return pgx.Connect(cctx, dsn)
+	}
+	// setPassword gives the looked-up user a new password before each
+	// client below: that client's login works only if its own lookup ran
+	// and succeeded, since a failed lookup falls back to the cached old
+	// verifier.
+	setPassword := func(p string) {
+		t.Helper()
+		if err := cl.Primary.Exec(ctx, fmt.Sprintf("alter role %s password '%s'", user, p)); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.WaitReplicated(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// No client has proved the auth_user's verifier yet.
@@ -101,6 +118,9 @@ func TestAuthQueryPassThroughClients(t *testing.T) {
 	kinetictest.AwaitReadOn(t, ctx, dsn, cl.StandbyPorts())
 
 	// pgx over TLS with channel binding.
+	tlsPass := userPass + "-tls"
+	setPassword(tlsPass)
+	tlsDSN := strings.Replace(kinetictest.DSN(addr, user, tlsPass, route), "sslmode=disable", "sslmode=require&channel_binding=require", 1)
 	tc, err := login(tlsDSN)
 	if err != nil {
 		t.Fatalf("pgx channel_binding=require: %v", err)
@@ -117,7 +137,9 @@ func TestAuthQueryPassThroughClients(t *testing.T) {
 	// psql (libpq) over TLS with channel binding required.
 	host, port, _ := strings.Cut(addr, ":")
 	conninfo := fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=require channel_binding=require", host, port, user, route)
-	env := clientEnv("PGPASSWORD=" + userPass)
+	psqlPass := userPass + "-psql"
+	setPassword(psqlPass)
+	env := clientEnv("PGPASSWORD=" + psqlPass)
 	script := strings.Repeat("select current_user, inet_server_port();\n", 20)
 	out := mustPsql(t, ctx, conninfo, env, strings.NewReader(script), "-At", "-F", " ").stdout
 	if !readsOn(t, out, user, cl.StandbyPorts()) {
@@ -128,12 +150,14 @@ func TestAuthQueryPassThroughClients(t *testing.T) {
 	}
 
 	// psycopg 3 over TLS with channel binding required.
-	res := psycopgReads(t, ctx, conninfo+" password="+userPass, true)
+	pyPass := userPass + "-psycopg"
+	setPassword(pyPass)
+	res := psycopgReads(t, ctx, conninfo+" password="+pyPass, true)
 	if res.code != 0 || !readsOn(t, res.stdout, user, cl.StandbyPorts()) {
 		t.Errorf("psycopg: no read reached a replica:\n%s", res)
 	}
 
 	// A wrong password still fails like one.
-	_, err = login(kinetictest.DSN(addr, user, userPass+"x", route))
+	_, err = login(kinetictest.DSN(addr, user, pyPass+"x", route))
 	wantPasswordFailure(t, err, user)
 }
