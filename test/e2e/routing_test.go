@@ -663,7 +663,11 @@ func tableOnPausedReplicas(t *testing.T, ctx context.Context, cl *pgtest.Cluster
 func TestChainAfterFailedReadOnlyTx(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 60*time.Second)
-	px := routedProxy(t, cl, kinetictest.Params{})
+	// fallback_policy wait: each case's chained transaction writes on the
+	// primary (txid_current), so the next case's READ ONLY transaction
+	// needs a standby that replayed it, and waits for one instead of
+	// falling back to the primary on a loaded host (CI, 2026-12-05).
+	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})
 	c := connect(t, ctx, px.AppDSN())
 	standbys := cl.StandbyPorts()
 	for _, tc := range []struct{ end, mode string }{
@@ -678,7 +682,7 @@ func TestChainAfterFailedReadOnlyTx(t *testing.T) {
 			t.Fatal(err)
 		}
 		if p := portOf(t, ctx, c, "select inet_server_port()"); !standbys[p] {
-			t.Fatalf("the READ ONLY transaction ran on %d, want a standby", p)
+			t.Fatalf("before %s (%v): the READ ONLY transaction ran on %d, want a standby", end, tc.mode, p)
 		}
 		if _, err := c.Exec(ctx, "select 1/0", pgx.QueryExecModeSimpleProtocol); err == nil {
 			t.Fatal("select 1/0 succeeded")
