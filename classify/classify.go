@@ -58,6 +58,21 @@ const (
 	TxSavepoint
 )
 
+// SavepointOp tells the three savepoint commands apart.
+type SavepointOp uint8
+
+const (
+	SavepointSet      SavepointOp = iota + 1 // SAVEPOINT name
+	SavepointRelease                         // RELEASE [SAVEPOINT] name
+	SavepointRollback                        // ROLLBACK TO [SAVEPOINT] name
+)
+
+// Savepoint is a savepoint command of a statement.
+type Savepoint struct {
+	Op   SavepointOp
+	Name string
+}
+
 var txNames = [...]string{"none", "begin", "begin_read_only", "begin_read_write", "set_read_only", "end", "savepoint"}
 
 func (t Tx) String() string {
@@ -120,7 +135,11 @@ type Statement struct {
 	Chain  bool // COMMIT/ROLLBACK AND CHAIN
 	// Rollback: a TxEnd that commits nothing (ROLLBACK, ABORT).
 	Rollback bool
-	Effect   Effect
+	// Savepoint is set with TxSavepoint: the command and the savepoint's
+	// name (as PostgreSQL compares it: folded to lower case unless
+	// quoted).
+	Savepoint Savepoint
+	Effect    Effect
 	// Setting is set with EffectSet: what set_config(Name, Value, false)
 	// would do, or a reset (RESET name, SET name TO DEFAULT: Value "",
 	// Reset; RESET ALL: Name "" too). Names are lower case.

@@ -28,6 +28,7 @@ import (
 //	[I.]tx=begin|begin_read_only|begin_read_write|set_read_only|end|savepoint
 //	[I.]chain
 //	[I.]rollback          a TxEnd that commits nothing (ROLLBACK, ABORT)
+//	[I.]savepoint=set|release|rollback:NAME  a TxSavepoint's command and name
 //	[I.]effect=set|pin|discard_all|prepare|execute|deallocate|unlisten
 //	[I.]setting=NAME [I.]value=V [I.]reset
 //	[I.]more=NAME=VALUE   one of MoreSettings (repeatable, in order)
@@ -227,6 +228,19 @@ func expected(e corpusEntry) (d Decision, hintFound bool, opts string, err error
 			st.Chain = true
 		case "rollback":
 			st.Rollback = true
+		case "savepoint":
+			op, name, _ := strings.Cut(k.val, ":")
+			st.Savepoint.Name = name
+			switch op {
+			case "set":
+				st.Savepoint.Op = SavepointSet
+			case "release":
+				st.Savepoint.Op = SavepointRelease
+			case "rollback":
+				st.Savepoint.Op = SavepointRollback
+			default:
+				err = fmt.Errorf("unknown savepoint command %q", op)
+			}
 		case "effect":
 			st.Effect, err = parseEffect(k.val)
 		case "setting":

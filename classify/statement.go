@@ -321,6 +321,12 @@ func (c *Classifier) execute(ex *pg.ExecuteStmt) Statement {
 	return st
 }
 
+var savepointOps = map[pg.TransactionStmtKind]SavepointOp{
+	pg.TransactionStmtKind_TRANS_STMT_SAVEPOINT:   SavepointSet,
+	pg.TransactionStmtKind_TRANS_STMT_RELEASE:     SavepointRelease,
+	pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO: SavepointRollback,
+}
+
 // transaction classifies BEGIN/START/COMMIT/ROLLBACK/SAVEPOINT/… and the
 // two-phase commands.
 func transaction(t *pg.TransactionStmt) Statement {
@@ -347,6 +353,7 @@ func transaction(t *pg.TransactionStmt) Statement {
 	case pg.TransactionStmtKind_TRANS_STMT_SAVEPOINT, pg.TransactionStmtKind_TRANS_STMT_RELEASE,
 		pg.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
 		st.Tx = TxSavepoint
+		st.Savepoint = Savepoint{Op: savepointOps[t.GetKind()], Name: t.GetSavepointName()}
 	case pg.TransactionStmtKind_TRANS_STMT_PREPARE:
 		// The prepared transaction lives on the primary, and the session's
 		// transaction block ends here.

@@ -841,7 +841,7 @@ func committedLast(effects []effect, seq uint64) bool {
 	committed := false
 	for _, e := range effects {
 		switch {
-		case e.seq != seq:
+		case e.seq != seq, e.savepoint.Op != 0:
 		case e.commit, e.rollback:
 			committed = true
 		default:
@@ -2093,10 +2093,18 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 func (ss *session) recordEffects(ds []*classified) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	n := 0
+	for _, dec := range ds {
+		n += len(dec.Statements)
+	}
 	for _, dec := range ds {
 		for _, st := range dec.Statements {
 			if st.Tx == classify.TxEnd && st.Effect == classify.EffectNone {
 				ss.mu.effects = append(ss.mu.effects, effect{commit: !st.Rollback, rollback: st.Rollback, seq: ss.mu.unitSeq})
+			}
+			if st.Tx == classify.TxSavepoint {
+				ss.mu.effects = append(ss.mu.effects, effect{savepoint: st.Savepoint, alone: n == 1, seq: ss.mu.unitSeq})
+				ss.noteSavepointLocked(st.Savepoint)
 			}
 			switch st.Effect {
 			case classify.EffectPin:
@@ -2288,7 +2296,15 @@ func (ss *session) settleEffects(n, drop int, ok bool) {
 		done = nil // (markers alone change nothing)
 	}
 	if ok && len(done) > 0 {
-		done = keptEffects(done)
+		var uncertain bool
+		if done, uncertain = keptEffects(done); uncertain && ss.mu.pinned == "" {
+			// A savepoint command whose outcome its unit's error hides
+			// (it may have run before the error or not): which of the
+			// block's SETs the server kept is not known. The session
+			// keeps the server that has them (docs/behaviour.md).
+			ss.mu.pinned = reasonSessionPinned
+			ss.log.Debug("savepoint outcome unknown among session settings: session pinned")
+		}
 		for _, e := range done {
 			switch e.kind {
 			case classify.EffectSet:
@@ -2341,25 +2357,55 @@ func (ss *session) settleEffects(n, drop int, ok bool) {
 	ss.mu.movedEffects = false
 }
 
-// keptEffects returns the effects (markers left out) that a ROLLBACK
-// among them did not undo: one undoes those since the last COMMIT before
-// it, the transaction it ended (a BEGIN makes what its batch ran before
-// it part of the block, so nothing earlier of the unit survives it
-// either).
-func keptEffects(done []effect) []effect {
-	var out []effect
+// keptEffects returns the effects (markers left out) that the transaction
+// control among them did not undo: a ROLLBACK undoes those since the last
+// COMMIT before it, the transaction it ended (a BEGIN makes what its batch
+// ran before it part of the block, so nothing earlier of the unit
+// survives it either); a ROLLBACK TO SAVEPOINT those since the latest
+// savepoint of that name, which stays, and those above it go; a RELEASE
+// drops the savepoint and those above it, keeping what they did. A
+// savepoint command whose unit failed did nothing if it was the unit's
+// only statement; otherwise it may have run before the error or not, and
+// uncertain says so, as it does for a RELEASE or ROLLBACK TO of a
+// savepoint the effects never set (the effects are then kept as if it had
+// not run).
+func keptEffects(done []effect) (out []effect, uncertain bool) {
+	type savepoint struct {
+		name string
+		at   int // len(out) when it was set
+	}
+	var stack []savepoint
 	since := 0 // where the current transaction's effects begin in out
 	for _, e := range done {
 		switch {
 		case e.commit:
-			since = len(out)
+			since, stack = len(out), nil
 		case e.rollback:
-			out = out[:since]
+			out, stack = out[:since], nil
+		case e.savepoint.Op != 0:
+			if e.errored {
+				uncertain = uncertain || !e.alone
+				continue
+			}
+			i := len(stack) - 1
+			for i >= 0 && stack[i].name != e.savepoint.Name {
+				i--
+			}
+			switch {
+			case e.savepoint.Op == classify.SavepointSet:
+				stack = append(stack, savepoint{e.savepoint.Name, len(out)})
+			case i < 0:
+				uncertain = true
+			case e.savepoint.Op == classify.SavepointRelease:
+				stack = stack[:i]
+			default: // ROLLBACK TO
+				out, stack = out[:stack[i].at], stack[:i+1]
+			}
 		default:
 			out = append(out, e)
 		}
 	}
-	return out
+	return out, uncertain
 }
 
 // settingsTracked reports whether the session's SETs are known: with

@@ -351,10 +351,21 @@ func (ss *session) failBarriersLocked(l *link) {
 // error and never answered: it fails now, instead of waiting for ever.
 // Callers hold ss.mu.
 func (ss *session) serverErrorLocked(l *link) {
-	ss.mu.unitErr, ss.mu.errDone = true, ss.mu.doneSeq
+	ss.unitFailedLocked()
 	l.failed = l.rfqs + 1
 	ss.batchFailedLocked(l)
 	ss.failBarriersLocked(l)
+}
+
+// unitFailedLocked records that the unit being answered failed, and marks
+// its effects so (keptEffects). Callers hold ss.mu.
+func (ss *session) unitFailedLocked() {
+	ss.mu.unitErr, ss.mu.errDone = true, ss.mu.doneSeq
+	for i := range ss.mu.effects {
+		if ss.mu.effects[i].seq == ss.mu.doneSeq {
+			ss.mu.effects[i].errored = true
+		}
+	}
 }
 
 // errInterrupted reports that a link's reader was stopped by the session

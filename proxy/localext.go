@@ -36,7 +36,79 @@ type kportal struct {
 	// ran: Executed once. A SHOW's portal has then sent its row (later
 	// Executes complete with none), a SET's cannot run again (55000).
 	ran bool
+	portalAge
+}
+
+// portalAge is when a portal was made: in which unit and under how many
+// of the client's savepoints (a ROLLBACK TO of one drops the portals made
+// since, a RELEASE hands them to the savepoint below).
+type portalAge struct {
 	seq uint64 // the unit (unitSeq) it was made in
+	sp  int    // len(client.savepoints) then
+}
+
+// clientSavepoint is a savepoint of the client's transaction.
+type clientSavepoint struct {
+	name string
+	seq  uint64 // the unit (unitSeq) that set it
+}
+
+// portalAgeNow is the age of a portal made by the messages being handled.
+func (ss *session) portalAgeNow() portalAge {
+	return portalAge{seq: ss.unitSeqNow(), sp: len(ss.client.savepoints)}
+}
+
+// noteSavepointLocked follows a savepoint command of the client's, as its
+// unit is routed, in client.savepoints and the ages of its portals,
+// PostgreSQL's way (AtSubCleanup_Portals): a ROLLBACK TO drops the
+// portals made since the savepoint, which stays; a RELEASE drops it and
+// those above, their portals going to the one below. A name not set fails
+// there, and so changes nothing. The outcome is predicted (pipelined units
+// are routed before their answers): a SAVEPOINT in a block known to have
+// failed is not set; one outside a block errs there and is forgotten when
+// the session is next idle (localPlan). Runs on the session goroutine;
+// callers hold ss.mu.
+func (ss *session) noteSavepointLocked(sp classify.Savepoint) {
+	c := &ss.client
+	if sp.Op == classify.SavepointSet {
+		if ss.mu.pending > 0 || ss.mu.tx != 'E' {
+			c.savepoints = append(c.savepoints, clientSavepoint{name: sp.Name, seq: ss.mu.unitSeq})
+		}
+		return
+	}
+	i := len(c.savepoints) - 1
+	for i >= 0 && c.savepoints[i].name != sp.Name {
+		i--
+	}
+	if i < 0 {
+		return
+	}
+	rollback := sp.Op == classify.SavepointRollback
+	if rollback {
+		c.savepoints = c.savepoints[:i+1]
+	} else {
+		c.savepoints = c.savepoints[:i]
+	}
+	for name, p := range c.kportals {
+		switch {
+		case p.sp <= i:
+		case rollback:
+			delete(c.kportals, name)
+		default:
+			p.sp = i
+			c.kportals[name] = p
+		}
+	}
+	for name, p := range c.srvPortals {
+		switch {
+		case p.sp <= i:
+		case rollback:
+			delete(c.srvPortals, name)
+		default:
+			p.sp = i
+			c.srvPortals[name] = p
+		}
+	}
 }
 
 // kineticCommand reports whether query is one SHOW/SET/RESET of a
@@ -149,7 +221,7 @@ type localSplit struct {
 func (ss *session) localPlan(b *batch) *localSplit {
 	ss.settleLocalUnnamed(b)
 	ss.applyClientUndo()
-	if len(ss.client.kportals) > 0 || len(ss.client.srvPortals) > 0 || len(ss.client.exitPortals) > 0 {
+	if len(ss.client.kportals) > 0 || len(ss.client.srvPortals) > 0 || len(ss.client.exitPortals) > 0 || len(ss.client.savepoints) > 0 {
 		// Portals end with their transaction, the proxy's as the
 		// server's: a portal made in unit k is gone once a unit from k on
 		// ended outside a transaction block (or now, all idle).
@@ -161,8 +233,8 @@ func (ss *session) localPlan(b *batch) *localSplit {
 				delete(ss.client.kportals, name)
 			}
 		}
-		for name, seq := range ss.client.srvPortals {
-			if idle || seq < ended {
+		for name, p := range ss.client.srvPortals {
+			if idle || p.seq < ended {
 				delete(ss.client.srvPortals, name)
 			}
 		}
@@ -171,6 +243,9 @@ func (ss *session) localPlan(b *batch) *localSplit {
 				delete(ss.client.exitPortals, name)
 			}
 		}
+		ss.client.savepoints = slices.DeleteFunc(ss.client.savepoints, func(sp clientSavepoint) bool {
+			return idle || sp.seq < ended
+		})
 	}
 	if len(ss.client.kstmts) == 0 && len(ss.client.kportals) == 0 {
 		any := false
@@ -397,7 +472,7 @@ func (ss *session) runWithLocal(b *batch, plan *localSplit, l *link) (open *link
 		}
 		if e := ss.answerLocal(b.msgs[i].typ, b.body(b.msgs[i]), plan.exits[i]); e != nil {
 			ss.mu.Lock()
-			ss.mu.unitErr, ss.mu.errDone = true, ss.mu.doneSeq
+			ss.unitFailedLocked()
 			abort := ss.mu.tx == 'T' && l == nil
 			if abort {
 				ss.mu.tx = 'E'
@@ -619,7 +694,7 @@ func (ss *session) answerLocal(typ byte, body []byte, exit bool) *pgproto3.Error
 		if len(bd.ResultFormatCodes) > 0 {
 			text = bd.ResultFormatCodes[0] == 0
 		}
-		ss.client.kportals[bd.DestinationPortal] = kportal{cmd: cmd, textFmt: text, seq: ss.unitSeqNow()}
+		ss.client.kportals[bd.DestinationPortal] = kportal{cmd: cmd, textFmt: text, portalAge: ss.portalAgeNow()}
 		return send(&pgproto3.BindComplete{})
 	case 'D':
 		kind, name, _ := describeTarget(body)
@@ -728,6 +803,14 @@ func (ss *session) unitSeqNow() uint64 {
 // its portals belong to ends with it (pipelined units are routed before
 // the ReadyForQuery that says so arrives).
 func (ss *session) notePortalsEnd(b *batch, u unitInfo, open bool) {
+	if ss.routingMode() == config.RoutingOff && !ss.txPool {
+		// (Elsewhere recordEffects follows them.)
+		for _, sp := range ss.savepointCommands(b) {
+			ss.mu.Lock()
+			ss.noteSavepointLocked(sp)
+			ss.mu.Unlock()
+		}
+	}
 	if open {
 		return
 	}
@@ -754,6 +837,37 @@ func (ss *session) notePortalsEnd(b *batch, u unitInfo, open bool) {
 		// 997645668052297296, a portal bound again after it got 42P03.)
 		ss.portalsEnd = ss.mu.unitSeq + 1
 	}
+}
+
+// savepointCommands returns the savepoint commands of b's Parses and
+// Queries, for a session whose units are not classified: only texts with
+// one of the words are.
+func (ss *session) savepointCommands(b *batch) []classify.Savepoint {
+	var out []classify.Savepoint
+	for _, m := range b.msgs {
+		var text string
+		switch m.typ {
+		case 'P':
+			_, q, err := parseNames(b.body(m))
+			if err != nil {
+				continue
+			}
+			text = q
+		case 'Q':
+			text = string(b.body(m))
+		default:
+			continue
+		}
+		if !containsFold(text, "savepoint") && !containsFold(text, "release") && !containsFold(text, "rollback") {
+			continue
+		}
+		for _, st := range ss.classifier.Classify(text).Statements {
+			if st.Tx == classify.TxSavepoint {
+				out = append(out, st.Savepoint)
+			}
+		}
+	}
+	return out
 }
 
 // txWords is the last transaction statement of b's Parses and Queries by

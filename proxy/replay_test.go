@@ -164,11 +164,23 @@ func TestCommittedLast(t *testing.T) {
 }
 
 // TestKeptEffects: a ROLLBACK undoes the SETs since the last COMMIT
-// before it; what follows it holds.
+// before it; what follows it holds. A ROLLBACK TO SAVEPOINT undoes those
+// since the savepoint (PostgreSQL: BEGIN; SET a; SAVEPOINT s; SET b;
+// ROLLBACK TO s; COMMIT keeps a only), a RELEASE keeps them; a savepoint
+// command whose unit failed is uncertain unless it was the unit's only
+// statement.
 func TestKeptEffects(t *testing.T) {
 	set := func(name string) effect {
 		return effect{kind: classify.EffectSet, setting: classify.Setting{Name: name}}
 	}
+	sp := func(op classify.SavepointOp, name string) effect {
+		return effect{savepoint: classify.Savepoint{Op: op, Name: name}, alone: true}
+	}
+	save := func(name string) effect { return sp(classify.SavepointSet, name) }
+	release := func(name string) effect { return sp(classify.SavepointRelease, name) }
+	rollbackTo := func(name string) effect { return sp(classify.SavepointRollback, name) }
+	failed := func(e effect) effect { e.errored = true; return e }
+	inBatch := func(e effect) effect { e.alone = false; return e }
 	commit, rollback := effect{commit: true}, effect{rollback: true}
 	names := func(es []effect) string {
 		var out []string
@@ -178,17 +190,40 @@ func TestKeptEffects(t *testing.T) {
 		return strings.Join(out, ",")
 	}
 	for _, tc := range []struct {
-		in   []effect
-		want string
+		in        []effect
+		want      string
+		uncertain bool
 	}{
-		{[]effect{set("a"), rollback}, ""},
-		{[]effect{set("a"), commit, set("b"), rollback}, "a"},
-		{[]effect{set("a"), rollback, set("b")}, "b"},
-		{[]effect{set("a"), commit, rollback, set("b")}, "a,b"},
-		{[]effect{set("a"), set("b")}, "a,b"},
+		{in: []effect{set("a"), rollback}, want: ""},
+		{in: []effect{set("a"), commit, set("b"), rollback}, want: "a"},
+		{in: []effect{set("a"), rollback, set("b")}, want: "b"},
+		{in: []effect{set("a"), commit, rollback, set("b")}, want: "a,b"},
+		{in: []effect{set("a"), set("b")}, want: "a,b"},
+		// Savepoints.
+		{in: []effect{save("s"), set("a"), rollbackTo("s"), commit}, want: ""},
+		{in: []effect{set("a"), save("s"), set("b"), rollbackTo("s"), commit}, want: "a"},
+		{in: []effect{set("a"), save("s"), set("b"), rollbackTo("s"), set("c"), commit}, want: "a,c"},
+		{in: []effect{save("s"), set("a"), release("s"), commit}, want: "a"},
+		{in: []effect{save("s"), save("t"), set("a"), release("t"), rollbackTo("s"), commit}, want: ""},
+		{in: []effect{save("s"), set("a"), save("t"), set("b"), rollbackTo("t"), rollbackTo("s"), commit}, want: ""},
+		{in: []effect{save("s"), set("a"), save("t"), set("b"), rollbackTo("t"), commit}, want: "a"},
+		// The latest savepoint of a name is the one rolled back to.
+		{in: []effect{save("s"), set("a"), save("s"), set("b"), rollbackTo("s"), commit}, want: "a"},
+		// ROLLBACK TO keeps the savepoint: a second one goes back to it too.
+		{in: []effect{save("s"), set("a"), rollbackTo("s"), set("b"), rollbackTo("s"), commit}, want: ""},
+		// A block's savepoints end with it.
+		{in: []effect{save("s"), commit, set("a"), rollbackTo("s")}, want: "a", uncertain: true},
+		// A savepoint command that failed alone did nothing.
+		{in: []effect{save("s"), set("a"), failed(release("s")), rollbackTo("s"), commit}, want: ""},
+		{in: []effect{failed(save("s")), set("a"), commit}, want: "a"},
+		// One that failed among other statements may have run or not.
+		{in: []effect{save("s"), set("a"), failed(inBatch(release("s"))), rollbackTo("s"), commit}, want: "", uncertain: true},
+		// A ROLLBACK TO of a savepoint never set.
+		{in: []effect{set("a"), rollbackTo("s"), commit}, want: "a", uncertain: true},
 	} {
-		if got := names(keptEffects(tc.in)); got != tc.want {
-			t.Errorf("keptEffects(%v) = %q, want %q", tc.in, got, tc.want)
+		got, uncertain := keptEffects(tc.in)
+		if names(got) != tc.want || uncertain != tc.uncertain {
+			t.Errorf("keptEffects(%v) = %q, %v, want %q, %v", tc.in, names(got), uncertain, tc.want, tc.uncertain)
 		}
 	}
 }

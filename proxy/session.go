@@ -36,7 +36,11 @@ type clientStatements struct {
 	kportals    map[string]kportal  // and their portals
 	// srvPortals are the named portals the client Bound on servers in
 	// its current transaction (a local Bind into one fails with 42P03).
-	srvPortals map[string]uint64 // -> the unit (unitSeq) that made it
+	srvPortals map[string]portalAge
+	// savepoints are the client's savepoints in its current transaction,
+	// as its units are routed (noteSavepointLocked): the portals made
+	// since one go when it is rolled back to.
+	savepoints []clientSavepoint
 	// exitPortals are the portals the client Bound, by whether their
 	// statement ends a failed transaction (exitsFailedTx): an Execute of
 	// one that does not leaves a failed transaction failed (stand-ins,

@@ -65,10 +65,19 @@ type effect struct {
 	// rollback marks where a ROLLBACK (ABORT) stands: what the unit did
 	// before it in its block is undone (movedSettingsKeyLocked).
 	rollback bool
+	// savepoint marks where a SAVEPOINT, RELEASE or ROLLBACK TO stands
+	// (keptEffects).
+	savepoint classify.Savepoint
+	// alone: the only statement of its unit, so an error of the unit was
+	// its own (it did nothing).
+	alone bool
+	// errored: its unit failed (serverErrorLocked). Where in the unit is
+	// not known.
+	errored bool
 }
 
 // marker reports whether e only marks a place among the effects.
-func (e effect) marker() bool { return e.commit || e.rollback }
+func (e effect) marker() bool { return e.commit || e.rollback || e.savepoint.Op != 0 }
 
 // cstring splits a NUL-terminated string off b.
 func cstring(b []byte) (string, []byte, error) {
@@ -1505,9 +1514,9 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 			ss.forgetServerUnnamed('B', portal)
 			if portal != "" {
 				if ss.client.srvPortals == nil {
-					ss.client.srvPortals = map[string]uint64{}
+					ss.client.srvPortals = map[string]portalAge{}
 				}
-				ss.client.srvPortals[portal] = ss.unitSeqNow()
+				ss.client.srvPortals[portal] = ss.portalAgeNow()
 			}
 			if stmt, err := bindStatement(body); err == nil {
 				if ss.client.exitPortals == nil {

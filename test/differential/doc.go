@@ -397,8 +397,9 @@
 //     a portal the proxy answers itself (RESET pg_kinetic.min_lsn bound to
 //     p2) outlived a ROLLBACK TO SAVEPOINT of a savepoint set before it,
 //     55000 where PostgreSQL answers 34000 (253629366981453510; the proxy
-//     tracks no savepoints; docs/behaviour.md, Known defects). Not a
-//     regression seed, since it fails.
+//     tracked no savepoints; fixed the next session, now a regression
+//     seed, and with it the rolled-back SETs a ROLLBACK TO SAVEPOINT
+//     undid, which the proxy had kept and replayed on the replicas).
 //   - 464646 (after those fixes): 0 / 0 / 0 / 0.
 //   - 2026-12-05, second session: 474747: 0 / 0 / 0 / 0; 484848 widened
 //     (KINETIC_DIFF_WIDEN=1, 23 sequences/s a mode): 10,000 in session and
