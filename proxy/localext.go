@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -221,32 +222,7 @@ type localSplit struct {
 func (ss *session) localPlan(b *batch) *localSplit {
 	ss.settleLocalUnnamed(b)
 	ss.applyClientUndo()
-	if len(ss.client.kportals) > 0 || len(ss.client.srvPortals) > 0 || len(ss.client.exitPortals) > 0 || len(ss.client.savepoints) > 0 {
-		// Portals end with their transaction, the proxy's as the
-		// server's: a portal made in unit k is gone once a unit from k on
-		// ended outside a transaction block (or now, all idle).
-		ss.mu.Lock()
-		ended, idle := max(ss.mu.lastIdleDone, ss.portalsEnd), ss.idleLocked() && !ss.localOpen
-		ss.mu.Unlock()
-		for name, p := range ss.client.kportals {
-			if idle || p.seq < ended {
-				delete(ss.client.kportals, name)
-			}
-		}
-		for name, p := range ss.client.srvPortals {
-			if idle || p.seq < ended {
-				delete(ss.client.srvPortals, name)
-			}
-		}
-		for name, p := range ss.client.exitPortals {
-			if idle || p.seq < ended {
-				delete(ss.client.exitPortals, name)
-			}
-		}
-		ss.client.savepoints = slices.DeleteFunc(ss.client.savepoints, func(sp clientSavepoint) bool {
-			return idle || sp.seq < ended
-		})
-	}
+	ss.pruneEndedPortals()
 	if len(ss.client.kstmts) == 0 && len(ss.client.kportals) == 0 {
 		any := false
 		for _, m := range b.msgs {
@@ -261,116 +237,153 @@ func (ss *session) localPlan(b *batch) *localSplit {
 			return nil
 		}
 	}
-	stmts := map[string]bool{}
+	lp := localPlanner{
+		ss:         ss,
+		plan:       &localSplit{local: make([]bool, len(b.msgs))},
+		stmts:      map[string]bool{},
+		portals:    map[string]bool{},
+		ends:       map[string]bool{},
+		exits:      map[string]bool{},
+		portalEnds: map[string]bool{},
+	}
 	for n := range ss.client.kstmts {
-		stmts[n] = true
+		lp.stmts[n] = true
 	}
-	portals := map[string]bool{}
 	for n := range ss.client.kportals {
-		portals[n] = true
+		lp.portals[n] = true
 	}
-	plan := &localSplit{local: make([]bool, len(b.msgs))}
 	found := false
-	ends := map[string]bool{}       // statement names Parsed in b, to a server: one that ends a block
-	exits := map[string]bool{}      // and one that may run in a failed transaction
-	portalEnds := map[string]bool{} // server portals bound in b: to one that does
 	for i, m := range b.msgs {
-		body := b.body(m)
-		local := false
-		switch m.typ {
-		case 'P':
-			name, q, err := parseNames(body)
-			if err != nil {
-				break
-			}
-			if _, ok := ss.kineticCommand(q); ok {
-				local = true
-				stmts[name] = true
-			} else if name == "" {
-				delete(stmts, "")
-				ends[""] = txWord(q) == 'e'
-				exits[""] = exitsFailedTx(q)
-			} else {
-				local = stmts[name] // already exists: answered with 42P05
-				ends[name] = !local && txWord(q) == 'e'
-				exits[name] = !local && exitsFailedTx(q)
-			}
-		case 'B':
-			portal, rest, err := cstring(body)
-			if err != nil {
-				break
-			}
-			stmt, _, err := cstring(rest)
-			if err != nil {
-				break
-			}
-			if stmts[stmt] {
-				local = true
-				portals[portal] = true
-			} else if portal == "" {
-				delete(portals, "")
-			} else {
-				local = portals[portal] // already exists: 42P03
-				if local {
-					exit, ok := exits[stmt]
-					if !ok { // prepared before this batch
-						parse := ss.client.unnamed.parse
-						if stmt != "" {
-							parse = ss.client.stmts[stmt].parse
-						}
-						exit = parse != "" && exitsFailedTx(queryOf(parse))
-					}
-					if exit {
-						if plan.exits == nil {
-							plan.exits = map[int]bool{}
-						}
-						plan.exits[i] = true
-					}
-				}
-			}
-			if !local {
-				end, ok := ends[stmt]
-				if !ok { // prepared before this batch
-					parse := ss.client.unnamed.parse
-					if stmt != "" {
-						parse = ss.client.stmts[stmt].parse
-					}
-					end = parse != "" && txWord(queryOf(parse)) == 'e'
-				}
-				portalEnds[portal] = end
-			}
-		case 'D', 'C':
-			kind, name, err := describeTarget(body)
-			if err != nil {
-				break
-			}
-			if kind == 'S' {
-				local = stmts[name]
-			} else {
-				local = portals[name]
-			}
-			if local && m.typ == 'C' {
-				if kind == 'S' {
-					delete(stmts, name)
-				} else {
-					delete(portals, name)
-				}
-			}
-		case 'E':
-			portal, _, err := cstring(body)
-			local = err == nil && portals[portal]
-			if !local && portalEnds[portal] {
-				clear(portals)
-				plan.blockEnds = append(plan.blockEnds, i)
-			}
-		}
-		plan.local[i] = local
+		local := lp.message(i, m.typ, b.body(m))
+		lp.plan.local[i] = local
 		found = found || local
 	}
 	if !found {
 		return nil
 	}
-	return plan
+	return lp.plan
+}
+
+// pruneEndedPortals forgets the client's portals (the proxy's and the
+// servers') and savepoints of transactions that ended: portals end with
+// their transaction, the proxy's as the server's: a portal made in unit k
+// is gone once a unit from k on ended outside a transaction block (or
+// now, all idle).
+func (ss *session) pruneEndedPortals() {
+	c := &ss.client
+	if len(c.kportals) == 0 && len(c.srvPortals) == 0 && len(c.exitPortals) == 0 && len(c.savepoints) == 0 {
+		return
+	}
+	ss.mu.Lock()
+	ended, idle := max(ss.mu.lastIdleDone, ss.portalsEnd), ss.idleLocked() && !ss.localOpen
+	ss.mu.Unlock()
+	gone := func(seq uint64) bool { return idle || seq < ended }
+	maps.DeleteFunc(c.kportals, func(_ string, p kportal) bool { return gone(p.seq) })
+	maps.DeleteFunc(c.srvPortals, func(_ string, p portalAge) bool { return gone(p.seq) })
+	maps.DeleteFunc(c.exitPortals, func(_ string, p portalExit) bool { return gone(p.seq) })
+	c.savepoints = slices.DeleteFunc(c.savepoints, func(sp clientSavepoint) bool { return gone(sp.seq) })
+}
+
+// localPlanner follows the names a batch defines, in order, for
+// localPlan.
+type localPlanner struct {
+	ss             *session
+	plan           *localSplit
+	stmts, portals map[string]bool // the proxy's statements and portals
+	ends           map[string]bool // statement names Parsed in b, to a server: one that ends a block
+	exits          map[string]bool // and one that may run in a failed transaction
+	portalEnds     map[string]bool // server portals bound in b: to one that does
+}
+
+// message reports whether the proxy answers b's message i.
+func (lp *localPlanner) message(i int, typ byte, body []byte) (local bool) {
+	switch typ {
+	case 'P':
+		name, q, err := parseNames(body)
+		if err != nil {
+			break
+		}
+		if _, ok := lp.ss.kineticCommand(q); ok {
+			local = true
+			lp.stmts[name] = true
+		} else if name == "" {
+			delete(lp.stmts, "")
+			lp.ends[""] = txWord(q) == 'e'
+			lp.exits[""] = exitsFailedTx(q)
+		} else {
+			local = lp.stmts[name] // already exists: answered with 42P05
+			lp.ends[name] = !local && txWord(q) == 'e'
+			lp.exits[name] = !local && exitsFailedTx(q)
+		}
+	case 'B':
+		return lp.bind(i, body)
+	case 'D', 'C':
+		kind, name, err := describeTarget(body)
+		if err != nil {
+			break
+		}
+		if kind == 'S' {
+			local = lp.stmts[name]
+		} else {
+			local = lp.portals[name]
+		}
+		if local && typ == 'C' {
+			if kind == 'S' {
+				delete(lp.stmts, name)
+			} else {
+				delete(lp.portals, name)
+			}
+		}
+	case 'E':
+		portal, _, err := cstring(body)
+		local = err == nil && lp.portals[portal]
+		if !local && lp.portalEnds[portal] {
+			clear(lp.portals)
+			lp.plan.blockEnds = append(lp.plan.blockEnds, i)
+		}
+	}
+	return local
+}
+
+// bind is message for a Bind: the proxy answers one of its own statement,
+// and one of a server's into its own portal's name (42P03, or the error
+// PostgreSQL checks first: plan.exits).
+func (lp *localPlanner) bind(i int, body []byte) (local bool) {
+	portal, rest, err := cstring(body)
+	if err != nil {
+		return false
+	}
+	stmt, _, err := cstring(rest)
+	if err != nil {
+		return false
+	}
+	switch {
+	case lp.stmts[stmt]:
+		lp.portals[portal] = true
+		return true
+	case portal == "":
+		delete(lp.portals, "")
+	case lp.portals[portal]: // already exists: 42P03
+		exit, ok := lp.exits[stmt]
+		if !ok { // prepared before this batch
+			text, known := lp.ss.statementText(stmt)
+			exit = known && exitsFailedTx(text)
+		}
+		if exit {
+			if lp.plan.exits == nil {
+				lp.plan.exits = map[int]bool{}
+			}
+			lp.plan.exits[i] = true
+		}
+		return true
+	}
+	end, ok := lp.ends[stmt]
+	if !ok { // prepared before this batch
+		text, known := lp.ss.statementText(stmt)
+		end = known && txWord(text) == 'e'
+	}
+	lp.portalEnds[portal] = end
+	return false
 }
 
 // runWithLocal runs a batch ended by Sync or Flush (its last message) some
@@ -471,27 +484,8 @@ func (ss *session) runWithLocal(b *batch, plan *localSplit, l *link) (open *link
 			clear(ss.client.kportals)
 		}
 		if e := ss.answerLocal(b.msgs[i].typ, b.body(b.msgs[i]), plan.exits[i]); e != nil {
-			ss.mu.Lock()
-			ss.unitFailedLocked()
-			abort := ss.mu.tx == 'T' && l == nil
-			if abort {
-				ss.mu.tx = 'E'
-			}
-			ss.mu.Unlock()
-			if abort {
-				if err := ss.abortServerTx(); err != nil {
-					return nil, false, err
-				}
-			}
-			if err := ss.send(e); err != nil {
-				return nil, false, errClientGone{err}
-			}
-			if l != nil {
-				// The server's part of the batch fails with it: its
-				// implicit transaction rolls back, the rest is skipped.
-				if err := ss.inject(l, &pgproto3.Parse{Query: "pg_kinetic: a proxy-answered statement failed"}, 'E'); err != nil {
-					return nil, false, errServerGone
-				}
+			if err := ss.localFailed(e, l); err != nil {
+				return nil, false, err
 			}
 			failed = true
 		}
@@ -501,7 +495,42 @@ func (ss *session) runWithLocal(b *batch, plan *localSplit, l *link) (open *link
 			return nil, false, err
 		}
 	}
+	return ss.endLocalBatch(term, l, failed)
+}
 
+// localFailed sends the client the error of a message the proxy answered
+// and fails the unit with it, on the server too: l's part of the batch
+// (its implicit transaction rolls back, the rest is skipped), or the
+// session's open transaction block when no server has the unit yet.
+func (ss *session) localFailed(e *pgproto3.ErrorResponse, l *link) error {
+	ss.mu.Lock()
+	ss.unitFailedLocked()
+	abort := ss.mu.tx == 'T' && l == nil
+	if abort {
+		ss.mu.tx = 'E'
+	}
+	ss.mu.Unlock()
+	if abort {
+		if err := ss.abortServerTx(); err != nil {
+			return err
+		}
+	}
+	if err := ss.send(e); err != nil {
+		return errClientGone{err}
+	}
+	if l != nil {
+		if err := ss.inject(l, &pgproto3.Parse{Query: "pg_kinetic: a proxy-answered statement failed"}, 'E'); err != nil {
+			return errServerGone
+		}
+	}
+	return nil
+}
+
+// endLocalBatch ends a batch with messages the proxy answered, by its last
+// message (term: Sync, Flush, or 0 for a message of an open unit): a Sync
+// goes to l, or is answered here when no server has the unit; a Flush
+// keeps the unit open on l. Its results are runWithLocal's.
+func (ss *session) endLocalBatch(term byte, l *link, failed bool) (open *link, skip bool, err error) {
 	switch {
 	case term == 'S' && l != nil:
 		var sync batch
@@ -607,15 +636,6 @@ func (ss *session) answerLocal(typ byte, body []byte, exit bool) *pgproto3.Error
 	if ss.client.kstmts == nil {
 		ss.client.kstmts, ss.client.kportals = map[string]kcmd{}, map[string]kportal{}
 	}
-	protoErr := func(code, format string, args ...any) *pgproto3.ErrorResponse {
-		return errorf(code, format, args...)
-	}
-	send := func(msgs ...wire.Encoder) *pgproto3.ErrorResponse {
-		if err := ss.send(msgs...); err != nil {
-			ss.conn.Close() // the session goroutine sees it at its next read
-		}
-		return nil
-	}
 	if typ == 'P' && len(body) > 0 && body[0] == 0 {
 		// A Parse of the unnamed statement drops the old one first,
 		// whether or not it then fails (in a failed transaction too).
@@ -623,128 +643,31 @@ func (ss *session) answerLocal(typ byte, body []byte, exit bool) *pgproto3.Error
 		delete(ss.client.kstmts, "")
 	}
 	if ss.txStatus() == 'E' && typ != 'C' {
-		// As PostgreSQL in a failed transaction: a Describe of a
-		// statement or portal that returns no rows (SET) is answered; a
-		// Bind is checked against its statement first.
-		switch typ {
-		case 'D':
-			kind, name, _ := describeTarget(body)
-			if kind == 'S' && ss.client.kstmts[name].show == "" || kind == 'P' && ss.client.kportals[name].cmd.show == "" {
-				break
-			}
-			return abortedTx()
-		case 'B':
-			var bd pgproto3.Bind
-			if err := bd.Decode(body); err != nil {
-				return protoErr(codeProtocolViolation, "invalid Bind message")
-			}
-			if _, local := ss.client.kstmts[bd.PreparedStatement]; !local {
-				return ss.serverBindErr(&bd, exit, true)
-			}
-			if len(bd.Parameters) > 0 {
-				return bindParamsErr(&bd)
-			}
-			return abortedTx()
-		default:
-			return abortedTx()
+		if e, answered := ss.localInFailedTx(typ, body, exit); answered {
+			return e
 		}
 	}
 	switch typ {
 	case 'P':
-		var p pgproto3.Parse
-		if err := p.Decode(body); err != nil {
-			return protoErr(codeProtocolViolation, "invalid Parse message")
-		}
-		cmd, ok := ss.kineticCommand(p.Query)
-		if !ok {
-			return protoErr("42P05", "prepared statement %q already exists", p.Name)
-		}
-		if _, exists := ss.client.kstmts[p.Name]; exists && p.Name != "" {
-			return protoErr("42P05", "prepared statement %q already exists", p.Name)
-		}
-		if _, exists := ss.client.stmts[p.Name]; exists && p.Name != "" {
-			return protoErr("42P05", "prepared statement %q already exists", p.Name)
-		}
-		if len(p.ParameterOIDs) > 0 {
-			return protoErr("42P02", "there is no parameter $1")
-		}
-		if p.Name == "" {
-			ss.client.unnamed = stmtInfo{} // replaced on the client's side too
-		}
-		ss.client.kstmts[p.Name] = cmd
-		return send(&pgproto3.ParseComplete{})
+		return ss.localParse(body)
 	case 'B':
-		var bd pgproto3.Bind
-		if err := bd.Decode(body); err != nil {
-			return protoErr(codeProtocolViolation, "invalid Bind message")
-		}
-		cmd, localStmt := ss.client.kstmts[bd.PreparedStatement]
-		if !localStmt {
-			return ss.serverBindErr(&bd, exit, false)
-		}
-		_, local := ss.client.kportals[bd.DestinationPortal]
-		_, onServer := ss.client.srvPortals[bd.DestinationPortal]
-		if (local || onServer) && bd.DestinationPortal != "" {
-			return protoErr("42P03", "cursor %q already exists", bd.DestinationPortal) // PostgreSQL's words
-		}
-		if len(bd.Parameters) > 0 {
-			return bindParamsErr(&bd)
-		}
-		text := true
-		if len(bd.ResultFormatCodes) > 0 {
-			text = bd.ResultFormatCodes[0] == 0
-		}
-		ss.client.kportals[bd.DestinationPortal] = kportal{cmd: cmd, textFmt: text, portalAge: ss.portalAgeNow()}
-		return send(&pgproto3.BindComplete{})
+		return ss.localBind(body, exit)
 	case 'D':
 		kind, name, _ := describeTarget(body)
 		if kind == 'S' {
 			cmd := ss.client.kstmts[name]
 			if cmd.show == "" {
-				return send(&pgproto3.ParameterDescription{}, &pgproto3.NoData{})
+				return ss.sendLocal(&pgproto3.ParameterDescription{}, &pgproto3.NoData{})
 			}
-			return send(&pgproto3.ParameterDescription{}, rowDescription(cmd.show, true))
+			return ss.sendLocal(&pgproto3.ParameterDescription{}, rowDescription(cmd.show, true))
 		}
 		p := ss.client.kportals[name]
 		if p.cmd.show == "" {
-			return send(&pgproto3.NoData{})
+			return ss.sendLocal(&pgproto3.NoData{})
 		}
-		return send(rowDescription(p.cmd.show, p.textFmt))
+		return ss.sendLocal(rowDescription(p.cmd.show, p.textFmt))
 	case 'E':
-		portal, rest, _ := cstring(body)
-		var maxRows uint32
-		if len(rest) >= 4 {
-			maxRows = binary.BigEndian.Uint32(rest)
-		}
-		p := ss.client.kportals[portal]
-		ran := p.ran
-		p.ran = true
-		ss.client.kportals[portal] = p
-		if p.cmd.show != "" {
-			done := &pgproto3.CommandComplete{CommandTag: []byte("SHOW")}
-			if ran {
-				return send(done) // its one row was sent
-			}
-			value, e := ss.kineticShow(p.cmd.show)
-			if e != nil {
-				return e
-			}
-			row := &pgproto3.DataRow{Values: [][]byte{[]byte(value)}}
-			if maxRows == 1 {
-				// As a server does: the limit is reached before it knows
-				// there are no more rows.
-				return send(row, &pgproto3.PortalSuspended{})
-			}
-			return send(row, done)
-		}
-		if ran {
-			return protoErr(codeObjectNotInState, "portal %q cannot be run", portal)
-		}
-		tag, e := ss.kineticSet(p.cmd.set)
-		if e != nil {
-			return e
-		}
-		return send(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
+		return ss.localExecute(body)
 	case 'C':
 		kind, name, _ := describeTarget(body)
 		if kind == 'S' {
@@ -752,9 +675,138 @@ func (ss *session) answerLocal(typ byte, body []byte, exit bool) *pgproto3.Error
 		} else {
 			delete(ss.client.kportals, name)
 		}
-		return send(&pgproto3.CloseComplete{})
+		return ss.sendLocal(&pgproto3.CloseComplete{})
 	}
-	return protoErr(codeProtocolViolation, "unexpected message type %q", typ)
+	return errorf(codeProtocolViolation, "unexpected message type %q", typ)
+}
+
+// sendLocal sends the proxy's answer to a message it answers itself; a
+// client that is gone is closed, which the session goroutine sees at its
+// next read.
+func (ss *session) sendLocal(msgs ...wire.Encoder) *pgproto3.ErrorResponse {
+	if err := ss.send(msgs...); err != nil {
+		ss.conn.Close()
+	}
+	return nil
+}
+
+// localInFailedTx answers, as PostgreSQL in a failed transaction, a local
+// message other than Close: a Describe of a statement or portal that
+// returns no rows (SET) is answered as usual (answered false); a Bind is
+// checked against its statement first; anything else fails with 25P02.
+func (ss *session) localInFailedTx(typ byte, body []byte, exit bool) (e *pgproto3.ErrorResponse, answered bool) {
+	switch typ {
+	case 'D':
+		kind, name, _ := describeTarget(body)
+		if kind == 'S' && ss.client.kstmts[name].show == "" || kind == 'P' && ss.client.kportals[name].cmd.show == "" {
+			return nil, false
+		}
+	case 'B':
+		var bd pgproto3.Bind
+		if err := bd.Decode(body); err != nil {
+			return errorf(codeProtocolViolation, "invalid Bind message"), true
+		}
+		if _, local := ss.client.kstmts[bd.PreparedStatement]; !local {
+			return ss.serverBindErr(&bd, exit, true), true
+		}
+		if len(bd.Parameters) > 0 {
+			return bindParamsErr(&bd), true
+		}
+	}
+	return abortedTx(), true
+}
+
+// localParse answers a Parse of a pg_kinetic.* command.
+func (ss *session) localParse(body []byte) *pgproto3.ErrorResponse {
+	var p pgproto3.Parse
+	if err := p.Decode(body); err != nil {
+		return errorf(codeProtocolViolation, "invalid Parse message")
+	}
+	cmd, ok := ss.kineticCommand(p.Query)
+	if !ok {
+		return errorf("42P05", "prepared statement %q already exists", p.Name)
+	}
+	if _, exists := ss.client.kstmts[p.Name]; exists && p.Name != "" {
+		return errorf("42P05", "prepared statement %q already exists", p.Name)
+	}
+	if _, exists := ss.client.stmts[p.Name]; exists && p.Name != "" {
+		return errorf("42P05", "prepared statement %q already exists", p.Name)
+	}
+	if len(p.ParameterOIDs) > 0 {
+		return errorf("42P02", "there is no parameter $1")
+	}
+	if p.Name == "" {
+		ss.client.unnamed = stmtInfo{} // replaced on the client's side too
+	}
+	ss.client.kstmts[p.Name] = cmd
+	return ss.sendLocal(&pgproto3.ParseComplete{})
+}
+
+// localBind answers a Bind the proxy answers: of its own statement, or
+// (serverBindErr) of a server statement into its own portal's name.
+func (ss *session) localBind(body []byte, exit bool) *pgproto3.ErrorResponse {
+	var bd pgproto3.Bind
+	if err := bd.Decode(body); err != nil {
+		return errorf(codeProtocolViolation, "invalid Bind message")
+	}
+	cmd, localStmt := ss.client.kstmts[bd.PreparedStatement]
+	if !localStmt {
+		return ss.serverBindErr(&bd, exit, false)
+	}
+	_, local := ss.client.kportals[bd.DestinationPortal]
+	_, onServer := ss.client.srvPortals[bd.DestinationPortal]
+	if (local || onServer) && bd.DestinationPortal != "" {
+		return errorf("42P03", "cursor %q already exists", bd.DestinationPortal) // PostgreSQL's words
+	}
+	if len(bd.Parameters) > 0 {
+		return bindParamsErr(&bd)
+	}
+	text := true
+	if len(bd.ResultFormatCodes) > 0 {
+		text = bd.ResultFormatCodes[0] == 0
+	}
+	ss.client.kportals[bd.DestinationPortal] = kportal{cmd: cmd, textFmt: text, portalAge: ss.portalAgeNow()}
+	return ss.sendLocal(&pgproto3.BindComplete{})
+}
+
+// localExecute runs a portal of the proxy's: a SHOW sends its one row
+// (once), a SET or RESET runs once (then 55000, as a server's utility
+// portal).
+func (ss *session) localExecute(body []byte) *pgproto3.ErrorResponse {
+	portal, rest, _ := cstring(body)
+	var maxRows uint32
+	if len(rest) >= 4 {
+		maxRows = binary.BigEndian.Uint32(rest)
+	}
+	p := ss.client.kportals[portal]
+	ran := p.ran
+	p.ran = true
+	ss.client.kportals[portal] = p
+	if p.cmd.show != "" {
+		done := &pgproto3.CommandComplete{CommandTag: []byte("SHOW")}
+		if ran {
+			return ss.sendLocal(done) // its one row was sent
+		}
+		value, e := ss.kineticShow(p.cmd.show)
+		if e != nil {
+			return e
+		}
+		row := &pgproto3.DataRow{Values: [][]byte{[]byte(value)}}
+		if maxRows == 1 {
+			// As a server does: the limit is reached before it knows
+			// there are no more rows.
+			return ss.sendLocal(row, &pgproto3.PortalSuspended{})
+		}
+		return ss.sendLocal(row, done)
+	}
+	if ran {
+		return errorf(codeObjectNotInState, "portal %q cannot be run", portal)
+	}
+	tag, e := ss.kineticSet(p.cmd.set)
+	if e != nil {
+		return e
+	}
+	return ss.sendLocal(&pgproto3.CommandComplete{CommandTag: []byte(tag)})
 }
 
 // abortedTx is PostgreSQL's answer to a statement in a failed transaction.
