@@ -133,28 +133,9 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 		if err := ss.awaitClient(); err != nil {
 			return true, errClientGone{err}
 		}
-		h, err := wire.ReadHeader(ss.r)
+		h, err := ss.readClientHeader()
 		if err != nil {
-			if errors.Is(err, wire.ErrBadLength) {
-				return true, protocolViolation("invalid message length")
-			}
-			return true, errClientGone{err}
-		}
-		ss.noteClientMessage() // timeouts.go
-		failpoint(&failpoints.relay, h.Type, "relay")
-		limit, ok := frontendLimit(h.Type)
-		if !ok {
-			return true, protocolViolation("invalid frontend message type %d", h.Type)
-		}
-		if h.Len > limit {
-			return true, protocolViolation("invalid message length")
-		}
-		if (h.Type == 'S' || h.Type == 'H') && h.Len > 0 {
-			// PostgreSQL fails such a Sync or Flush with an ERROR and, for a
-			// Flush, skips to the next Sync; the proxy, which cannot tell
-			// that error from an unsolicited one, ends the session instead
-			// (docs/behaviour.md, Limits).
-			return true, protocolViolation("invalid message format: %s with a body", map[byte]string{'S': "Sync", 'H': "Flush"}[h.Type])
+			return true, err
 		}
 		if h.Type == 'X' || ss.isKilled() {
 			return true, nil
@@ -199,19 +180,8 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 		}
 
 		if len(b.buf)+h.Len > maxBatchBytes {
-			// Too big to hold: route what we have as unclassifiable and
-			// stream the rest of the unit.
-			l, err := ss.routeBatch(&b, true, true)
-			if err != nil || l == nil {
-				return true, err
-			}
-			b.reset()
-			ss.flow.open(l, false)
-			if err := ss.forwardStreamed(l, h); err != nil {
-				return false, err
-			}
-			if err := ss.endStream(l, h.Type); err != nil {
-				return false, err
+			if stop, atBoundary, err := ss.routeOversized(&b, h); stop {
+				return atBoundary, err
 			}
 			continue
 		}
@@ -248,37 +218,93 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 		}
 		switch h.Type {
 		case 'S', 'Q', 'F', 'H':
-			open := h.Type == 'H'
-			var replay *replayLog
-			if open {
-				// The log of what the batch binds, should it open on a
-				// replica, is taken before it is written: the statements
-				// its Binds use as they are then, not after a Close of
-				// one later in the batch (whose portal outlives it; a
-				// Parse of the name after the Flush must not pass for
-				// the statement the portal was bound from: differential
-				// 18422407613234683055).
-				ss.applyClientUndo()
-				replay = newReplayLog(ss.client.unnamed.parse)
-				replay.txOf, replay.stmtText, replay.stmtParse = ss.txOf, ss.preparedText, ss.preparedParse
-				for _, m := range b.msgs {
-					replay.add(m.typ, b.body(m))
-				}
-			}
-			l, err := ss.routeBatch(&b, open, false)
-			if err != nil {
+			if err := ss.routeUnit(&b, h.Type == 'H'); err != nil {
 				return true, err
-			}
-			ss.flow.replay, ss.flow.replayDue = nil, nil
-			if l != nil && open && l.replica {
-				ss.flow.replay = replay
-			}
-			b.reset()
-			if open {
-				ss.flow.open(l, l == nil) // nil: rejected, the server would skip to Sync too
 			}
 		}
 	}
+}
+
+// readClientHeader reads the next client message's header and checks it:
+// a known type, a length within its limit, no body on a Sync or Flush.
+func (ss *session) readClientHeader() (wire.Header, error) {
+	h, err := wire.ReadHeader(ss.r)
+	if err != nil {
+		if errors.Is(err, wire.ErrBadLength) {
+			return h, protocolViolation("invalid message length")
+		}
+		return h, errClientGone{err}
+	}
+	ss.noteClientMessage() // timeouts.go
+	failpoint(&failpoints.relay, h.Type, "relay")
+	limit, ok := frontendLimit(h.Type)
+	if !ok {
+		return h, protocolViolation("invalid frontend message type %d", h.Type)
+	}
+	if h.Len > limit {
+		return h, protocolViolation("invalid message length")
+	}
+	if (h.Type == 'S' || h.Type == 'H') && h.Len > 0 {
+		// PostgreSQL fails such a Sync or Flush with an ERROR and, for a
+		// Flush, skips to the next Sync; the proxy, which cannot tell
+		// that error from an unsolicited one, ends the session instead
+		// (docs/behaviour.md, Limits).
+		return h, protocolViolation("invalid message format: %s with a body", map[byte]string{'S': "Sync", 'H': "Flush"}[h.Type])
+	}
+	return h, nil
+}
+
+// routeOversized routes a unit too big to hold (the batch b and the
+// message h, whose body is still unread) as unclassifiable: b now, the
+// rest of the unit streamed after it. stop ends clientToServer with
+// atBoundary and err.
+func (ss *session) routeOversized(b *batch, h wire.Header) (stop, atBoundary bool, err error) {
+	l, err := ss.routeBatch(b, true, true)
+	if err != nil || l == nil {
+		return true, true, err
+	}
+	b.reset()
+	ss.flow.open(l, false)
+	if err := ss.forwardStreamed(l, h); err != nil {
+		return true, false, err
+	}
+	if err := ss.endStream(l, h.Type); err != nil {
+		return true, false, err
+	}
+	return false, false, nil
+}
+
+// routeUnit routes and writes a batch ended by Sync, Query or
+// FunctionCall, or by Flush (open: the unit stays open on its server).
+func (ss *session) routeUnit(b *batch, open bool) error {
+	var replay *replayLog
+	if open {
+		// The log of what the batch binds, should it open on a replica,
+		// is taken before it is written: the statements its Binds use as
+		// they are then, not after a Close of one later in the batch
+		// (whose portal outlives it; a Parse of the name after the Flush
+		// must not pass for the statement the portal was bound from:
+		// differential 18422407613234683055).
+		ss.applyClientUndo()
+		replay = newReplayLog(ss.client.unnamed.parse)
+		replay.txOf, replay.stmtText, replay.stmtParse = ss.txOf, ss.preparedText, ss.preparedParse
+		for _, m := range b.msgs {
+			replay.add(m.typ, b.body(m))
+		}
+	}
+	l, err := ss.routeBatch(b, open, false)
+	if err != nil {
+		return err
+	}
+	ss.flow.replay, ss.flow.replayDue = nil, nil
+	if l != nil && open && l.replica {
+		ss.flow.replay = replay
+	}
+	b.reset()
+	if open {
+		ss.flow.open(l, l == nil) // nil: rejected, the server would skip to Sync too
+	}
+	return nil
 }
 
 // skipMessage drops a message of a unit the proxy failed (a rejected open
