@@ -665,51 +665,71 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 		return typ
 	}
 	if !ss.midBatch {
-		var own map[string]bool // names b Parses or Closes itself before using them
-		for i, m := range b.msgs {
-			body := b.body(m)
-			var n string
-			switch m.typ {
-			case 'P':
-				n, _ = parseName(body)
-				if n != "" && !own[n] {
-					// A Parse of a name the client PREPAREd: the server
-					// must hold that one to refuse the Parse (42P05).
-					if _, parsed := ss.client.stmts[n]; !parsed {
-						if _, prepared := ss.client.sqlPrepared[n]; prepared {
-							ss.injAt = i
-							if err := ss.ensureSQLStatement(l, n, useOf(i, 'P')); err != nil {
-								return err
-							}
+		if err := ss.injectSQLPrepares(l, b, useOf); err != nil {
+			return err
+		}
+	}
+	return ss.injectProtocolStatements(l, b, useOf)
+}
+
+// injectSQLPrepares is injectStatements' first pass: the client's SQL
+// PREPAREd statements that b uses by name (a Parse of one, to be refused
+// with 42P05, or a Bind, Describe or Close) are made on l first. useOf
+// gives the use each is made for (a stand-in's, or 0: a real one).
+func (ss *session) injectSQLPrepares(l *link, b *batch, useOf func(int, byte) byte) error {
+	var own map[string]bool // names b Parses or Closes itself before using them
+	for i, m := range b.msgs {
+		body := b.body(m)
+		var n string
+		switch m.typ {
+		case 'P':
+			n, _ = parseName(body)
+			if n != "" && !own[n] {
+				// A Parse of a name the client PREPAREd: the server
+				// must hold that one to refuse the Parse (42P05).
+				if _, parsed := ss.client.stmts[n]; !parsed {
+					if _, prepared := ss.client.sqlPrepared[n]; prepared {
+						ss.injAt = i
+						if err := ss.ensureSQLStatement(l, n, useOf(i, 'P')); err != nil {
+							return err
 						}
 					}
 				}
-			case 'C':
-				if kind, cn, err := describeTarget(body); err == nil && kind == 'S' {
-					n = cn
-				}
-			default:
-				ref, ok := stmtRef(m.typ, body)
-				if !ok || ref == "" || own[ref] {
-					continue
-				}
-				if _, parsed := ss.client.stmts[ref]; parsed {
-					continue
-				}
-				if _, prepared := ss.client.sqlPrepared[ref]; prepared {
-					ss.injAt = i
-					if err := ss.ensureSQLStatement(l, ref, useOf(i, m.typ)); err != nil {
-						return err
-					}
-				}
+			}
+		case 'C':
+			if kind, cn, err := describeTarget(body); err == nil && kind == 'S' {
+				n = cn
+			}
+		default:
+			ref, ok := stmtRef(m.typ, body)
+			if !ok || ref == "" || own[ref] {
 				continue
 			}
-			if own == nil {
-				own = map[string]bool{}
+			if _, parsed := ss.client.stmts[ref]; parsed {
+				continue
 			}
-			own[n] = true
+			if _, prepared := ss.client.sqlPrepared[ref]; prepared {
+				ss.injAt = i
+				if err := ss.ensureSQLStatement(l, ref, useOf(i, m.typ)); err != nil {
+					return err
+				}
+			}
+			continue
 		}
+		if own == nil {
+			own = map[string]bool{}
+		}
+		own[n] = true
 	}
+	return nil
+}
+
+// injectProtocolStatements is injectStatements' second pass: each
+// statement name b uses before Parsing or Closing it itself is made on l
+// as the client holds it (ensureStatement), once; a Parse of a name the
+// client holds makes it too (the server refuses the duplicate, 42P05),
+// and one of a name l holds for nobody closes that first.
+func (ss *session) injectProtocolStatements(l *link, b *batch, useOf func(int, byte) byte) error {
 	var seen map[string]bool // statement names b itself Parses or Closes, or used, in order
 	// With a limit (localext.go) the whole batch is prepared for now:
 	// its later messages follow without injections between them.
