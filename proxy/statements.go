@@ -1494,115 +1494,13 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 	}
 	switch typ {
 	case 'P':
-		name, rest, err := cstring(body)
-		if err != nil || bytes.IndexByte(rest, 0) < 0 {
-			return nil // malformed: the server rejects it
-		}
-		parse := string(body)
-		info := stmtInfo{query: queryOf(parse), parse: parse}
-		if name != "" {
-			info.tag = ss.client.parseTag(ss.id, name)
-		}
-		op := stmtOp{kind: 'P', name: name, set: info.key()}
-		ss.forgetShape(info.parse)
-		if name == "" {
-			if k, ok := ss.client.kstmts[""]; ok {
-				op.prevLocal = &k
-			}
-			ss.forgetServerUnnamed('P', name)
-			op.prev, op.had = ss.client.unnamed, ss.client.unnamed.parse != ""
-			op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
-			ss.noteStmtOp(l, op)
-			ss.client.unnamed = info
-			l.st.unnamed = info.parse
-			return nil
-		}
-		_, known := ss.client.stmts[name]
-		_, sqlKnown := ss.client.sqlPrepared[name]
-		if known || sqlKnown {
-			// The server refuses it (42P05): the client's stays.
-			op.noop = true
-			ss.noteStmtOp(l, op)
-			return nil
-		}
-		op.prevServer, op.hadServer = l.st.prepared[name]
-		ss.noteStmtOp(l, op)
-		ss.client.stmts[name] = info
-		l.st.prepared[name] = info.key()
+		ss.trackParse(l, body)
 	case 'B':
-		if portal, _, err := cstring(body); err == nil {
-			ss.forgetServerUnnamed('B', portal)
-			if portal != "" {
-				if ss.client.srvPortals == nil {
-					ss.client.srvPortals = map[string]portalAge{}
-				}
-				ss.client.srvPortals[portal] = ss.portalAgeNow()
-			}
-			if stmt, err := bindStatement(body); err == nil {
-				if ss.client.exitPortals == nil {
-					ss.client.exitPortals = map[string]portalExit{}
-				}
-				text, ok := ss.statementText(stmt)
-				ss.client.exitPortals[portal] = portalExit{exit: !ok || mayExitText(text), seq: ss.unitSeqNow()}
-			}
-		}
-		// The statement it uses was prepared ahead (injectStatements):
-		// nothing is injected here, among the client's messages.
+		ss.trackBind(body)
 	case 'C':
-		kind, name, err := describeTarget(body)
-		if err != nil {
-			return nil
-		}
-		if kind != 'S' {
-			delete(ss.client.srvPortals, name)
-			delete(ss.client.exitPortals, name)
-			ss.noteStmtOp(l, stmtOp{kind: 'c', name: name, noop: true})
-			return nil
-		}
-		op := stmtOp{kind: 'C', name: name}
-		if name == "" {
-			op.prev, op.had = ss.client.unnamed, ss.client.unnamed.parse != ""
-			op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
-			ss.noteStmtOp(l, op)
-			ss.client.unnamed = stmtInfo{}
-			l.st.unnamed = ""
-		} else {
-			op.prev, op.had = ss.client.stmts[name]
-			op.prevServer, op.hadServer = l.st.prepared[name]
-			if p, ok := ss.client.sqlPrepared[name]; ok {
-				op.prevSQL = &p
-			}
-			if p, ok := l.st.sqlPrepared[name]; ok {
-				op.prevServerSQL = &p
-			}
-			ss.noteStmtOp(l, op)
-			delete(ss.client.stmts, name)
-			delete(ss.client.sqlPrepared, name) // one namespace: Close closes a PREPAREd one too
-			l.st.drop(name)
-			if op.had {
-				ss.forgetUnusedBody(op.prev.parse)
-			}
-		}
+		ss.trackClose(l, body)
 	case 'D':
-		// A Describe of a statement: its ParameterDescription tells the
-		// types the server inferred, which a stand-in needs (standIn).
-		// Every Describe of a statement waits in l.describes, one whose
-		// Parse body the proxy does not know (a SQL-PREPAREd statement)
-		// too: the answers come in order, and without its place the next
-		// wait took its answer (the parameter types and the result
-		// shape of a PREPAREd SELECT recorded for a DELETE Parsed after
-		// it: a 0A000 "cached plan must not change result type" when the
-		// DELETE was prepared again elsewhere; differential
-		// 17198292917881895050).
-		if kind, name, err := describeTarget(body); err == nil && kind == 'S' {
-			info := ss.client.unnamed
-			if name != "" {
-				info = ss.client.stmts[name]
-			}
-			ss.mu.Lock()
-			l.describes = append(l.describes, describeWait{batch: l.batches, parse: info.parse})
-			ss.mu.Unlock()
-		}
+		ss.trackDescribe(l, body)
 	case 'Q':
 		// A simple Query drops the unnamed statement, on the server and so
 		// for the client too (a later Bind of it fails there as here).
@@ -1611,6 +1509,130 @@ func (ss *session) trackFrontend(l *link, typ byte, body []byte) error {
 		ss.forgetLocalOnQuery()
 	}
 	return nil
+}
+
+// trackParse follows a Parse written to l: the client's statement and l's.
+func (ss *session) trackParse(l *link, body []byte) {
+	name, rest, err := cstring(body)
+	if err != nil || bytes.IndexByte(rest, 0) < 0 {
+		return // malformed: the server rejects it
+	}
+	parse := string(body)
+	info := stmtInfo{query: queryOf(parse), parse: parse}
+	if name != "" {
+		info.tag = ss.client.parseTag(ss.id, name)
+	}
+	op := stmtOp{kind: 'P', name: name, set: info.key()}
+	ss.forgetShape(info.parse)
+	if name == "" {
+		if k, ok := ss.client.kstmts[""]; ok {
+			op.prevLocal = &k
+		}
+		ss.forgetServerUnnamed('P', name)
+		op.prev, op.had = ss.client.unnamed, ss.client.unnamed.parse != ""
+		op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
+		ss.noteStmtOp(l, op)
+		ss.client.unnamed = info
+		l.st.unnamed = info.parse
+		return
+	}
+	_, known := ss.client.stmts[name]
+	_, sqlKnown := ss.client.sqlPrepared[name]
+	if known || sqlKnown {
+		// The server refuses it (42P05): the client's stays.
+		op.noop = true
+		ss.noteStmtOp(l, op)
+		return
+	}
+	op.prevServer, op.hadServer = l.st.prepared[name]
+	ss.noteStmtOp(l, op)
+	ss.client.stmts[name] = info
+	l.st.prepared[name] = info.key()
+}
+
+// trackBind follows a Bind: the portal it makes, and whether its
+// statement may end a failed transaction.
+func (ss *session) trackBind(body []byte) {
+	if portal, _, err := cstring(body); err == nil {
+		ss.forgetServerUnnamed('B', portal)
+		if portal != "" {
+			if ss.client.srvPortals == nil {
+				ss.client.srvPortals = map[string]portalAge{}
+			}
+			ss.client.srvPortals[portal] = ss.portalAgeNow()
+		}
+		if stmt, err := bindStatement(body); err == nil {
+			if ss.client.exitPortals == nil {
+				ss.client.exitPortals = map[string]portalExit{}
+			}
+			text, ok := ss.statementText(stmt)
+			ss.client.exitPortals[portal] = portalExit{exit: !ok || mayExitText(text), seq: ss.unitSeqNow()}
+		}
+	}
+	// The statement it uses was prepared ahead (injectStatements):
+	// nothing is injected here, among the client's messages.
+}
+
+// trackClose follows a Close written to l: of a portal, or of a statement
+// (the client's and l's, a SQL-PREPAREd one too).
+func (ss *session) trackClose(l *link, body []byte) {
+	kind, name, err := describeTarget(body)
+	if err != nil {
+		return
+	}
+	if kind != 'S' {
+		delete(ss.client.srvPortals, name)
+		delete(ss.client.exitPortals, name)
+		ss.noteStmtOp(l, stmtOp{kind: 'c', name: name, noop: true})
+		return
+	}
+	op := stmtOp{kind: 'C', name: name}
+	if name == "" {
+		op.prev, op.had = ss.client.unnamed, ss.client.unnamed.parse != ""
+		op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
+		ss.noteStmtOp(l, op)
+		ss.client.unnamed = stmtInfo{}
+		l.st.unnamed = ""
+	} else {
+		op.prev, op.had = ss.client.stmts[name]
+		op.prevServer, op.hadServer = l.st.prepared[name]
+		if p, ok := ss.client.sqlPrepared[name]; ok {
+			op.prevSQL = &p
+		}
+		if p, ok := l.st.sqlPrepared[name]; ok {
+			op.prevServerSQL = &p
+		}
+		ss.noteStmtOp(l, op)
+		delete(ss.client.stmts, name)
+		delete(ss.client.sqlPrepared, name) // one namespace: Close closes a PREPAREd one too
+		l.st.drop(name)
+		if op.had {
+			ss.forgetUnusedBody(op.prev.parse)
+		}
+	}
+}
+
+// trackDescribe follows a Describe written to l.
+func (ss *session) trackDescribe(l *link, body []byte) {
+	// A Describe of a statement: its ParameterDescription tells the
+	// types the server inferred, which a stand-in needs (standIn).
+	// Every Describe of a statement waits in l.describes, one whose
+	// Parse body the proxy does not know (a SQL-PREPAREd statement)
+	// too: the answers come in order, and without its place the next
+	// wait took its answer (the parameter types and the result
+	// shape of a PREPAREd SELECT recorded for a DELETE Parsed after
+	// it: a 0A000 "cached plan must not change result type" when the
+	// DELETE was prepared again elsewhere; differential
+	// 17198292917881895050).
+	if kind, name, err := describeTarget(body); err == nil && kind == 'S' {
+		info := ss.client.unnamed
+		if name != "" {
+			info = ss.client.stmts[name]
+		}
+		ss.mu.Lock()
+		l.describes = append(l.describes, describeWait{batch: l.batches, parse: info.parse})
+		ss.mu.Unlock()
+	}
 }
 
 // ensureSQLPrepared replays SQL PREPAREs a batch's EXECUTEs need on l, and
