@@ -37,52 +37,12 @@ func (ss *session) connect() error {
 	ss.route = route
 	_, repl := ss.startupParams["replication"]
 	ss.txPool = ss.cfg.Server.PoolMode == config.PoolModeTransaction && !repl
-	d := decideSessionServer(route)
-	var (
-		srv *pool.Conn
-		p   *pool.Pool
-		err error
-	)
-	if addr, why := ss.primaryAddr(); addr == "" {
-		// follow_failover and no primary elected: as if it were down.
-		err = &clientError{severity: "FATAL", code: codeConnectionFailure,
-			message: "pg-kinetic: the primary of route " + quoteIdent(route.Name) + " is unavailable", detail: why}
-	} else {
-		d.addr = addr
-		srv, p, err = ss.acquire(d.addr)
-	}
-	viaReplica := false
-	if err != nil && ss.admitsWithoutPrimary(err) {
-		// The primary is down, and reads need none (issue 14: reads stay
-		// up while the primary is down). The session logs in through a
-		// replica and gets a proxy PID; its writes fail with 08006 until
-		// the primary is reachable again (primaryLink).
-		if rsrv, rp, rerr := ss.acquireAnyReplica(); rerr == nil {
-			ss.log.Warn("the primary is unavailable: session admitted for reads", zap.String("route", route.Name),
-				zap.String("primary", d.addr), zap.String("server", rsrv.Addr), zap.Error(err))
-			srv, p, err, viaReplica = rsrv, rp, nil, true
-		}
-	}
+	srv, p, viaReplica, err := ss.loginServer(route)
 	if err != nil {
 		return err
 	}
-	ss.mu.settingsKey = settingsQuery(ss.mu.startup)
-	st := stateOf(srv)
-	if st.settings != ss.mu.settingsKey {
-		q := ss.mu.settingsKey
-		if st.settings != "" {
-			q = "RESET ALL; " + q
-		}
-		// (A simple Query: the server drops its unnamed statement, which
-		// in transaction pooling may be another client's. Without this
-		// the record kept it, and that client's next Bind of it went
-		// without a Parse: 26000.)
-		st.unnamed = ""
-		if err := srv.Exec(q, nil); err != nil {
-			ss.releaseServer(srv, p, false)
-			return err
-		}
-		st.settings = ss.mu.settingsKey
+	if err := ss.applyStartupSettings(srv, p); err != nil {
+		return err
 	}
 	ss.client.stmts = map[string]stmtInfo{}
 	ss.client.sqlPrepared = map[string]sqlPrep{}
@@ -120,6 +80,68 @@ func (ss *session) connect() error {
 	}
 	ss.key = ss.srv.registerCancelKey(ss, pid)
 
+	if err := ss.greet(params); err != nil {
+		return err
+	}
+	ss.log.Debug("session started", zap.String("user", ss.user), zap.String("database", ss.database),
+		zap.String("route", route.Name), zap.String("server", srv.Addr), zap.Bool("transaction_pooling", ss.txPool))
+	return nil
+}
+
+// loginServer takes the session's first server connection: the primary's,
+// or, when the primary is down and reads need none, a replica's
+// (viaReplica).
+func (ss *session) loginServer(route *config.Route) (srv *pool.Conn, p *pool.Pool, viaReplica bool, err error) {
+	d := decideSessionServer(route)
+	if addr, why := ss.primaryAddr(); addr == "" {
+		// follow_failover and no primary elected: as if it were down.
+		err = &clientError{severity: "FATAL", code: codeConnectionFailure,
+			message: "pg-kinetic: the primary of route " + quoteIdent(route.Name) + " is unavailable", detail: why}
+	} else {
+		d.addr = addr
+		srv, p, err = ss.acquire(d.addr)
+	}
+	if err != nil && ss.admitsWithoutPrimary(err) {
+		// The primary is down, and reads need none (issue 14: reads stay
+		// up while the primary is down). The session logs in through a
+		// replica and gets a proxy PID; its writes fail with 08006 until
+		// the primary is reachable again (primaryLink).
+		if rsrv, rp, rerr := ss.acquireAnyReplica(); rerr == nil {
+			ss.log.Warn("the primary is unavailable: session admitted for reads", zap.String("route", route.Name),
+				zap.String("primary", d.addr), zap.String("server", rsrv.Addr), zap.Error(err))
+			srv, p, err, viaReplica = rsrv, rp, nil, true
+		}
+	}
+	return srv, p, viaReplica, err
+}
+
+// applyStartupSettings gives srv the client's startup settings (the
+// session's settings key) unless it holds them already.
+func (ss *session) applyStartupSettings(srv *pool.Conn, p *pool.Pool) error {
+	ss.mu.settingsKey = settingsQuery(ss.mu.startup)
+	st := stateOf(srv)
+	if st.settings != ss.mu.settingsKey {
+		q := ss.mu.settingsKey
+		if st.settings != "" {
+			q = "RESET ALL; " + q
+		}
+		// (A simple Query: the server drops its unnamed statement, which
+		// in transaction pooling may be another client's. Without this
+		// the record kept it, and that client's next Bind of it went
+		// without a Parse: 26000.)
+		st.unnamed = ""
+		if err := srv.Exec(q, nil); err != nil {
+			ss.releaseServer(srv, p, false)
+			return err
+		}
+		st.settings = ss.mu.settingsKey
+	}
+	return nil
+}
+
+// greet ends the client's login: AuthenticationOk (after SASL's final
+// message), the server parameters, BackendKeyData and ReadyForQuery.
+func (ss *session) greet(params map[string]string) error {
 	msgs := make([]interface{ Encode([]byte) ([]byte, error) }, 0, 24)
 	if ss.authFinal != nil {
 		msgs = append(msgs, ss.authFinal)
@@ -149,8 +171,6 @@ func (ss *session) connect() error {
 			return errClientGone{err}
 		}
 	}
-	ss.log.Debug("session started", zap.String("user", ss.user), zap.String("database", ss.database),
-		zap.String("route", route.Name), zap.String("server", srv.Addr), zap.Bool("transaction_pooling", ss.txPool))
 	return nil
 }
 
