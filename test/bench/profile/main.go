@@ -30,18 +30,19 @@ func main() {
 	seconds := flag.Int("seconds", 10, "pgbench duration")
 	clients := flag.Int("clients", 8, "pgbench clients")
 	mode := flag.String("mode", "simple", "pgbench -M mode")
+	script := flag.String("script", "select-only", "pgbench built-in script (-b): select-only, tpcb-like, simple-update")
 	routing := flag.String("routing", "off", "read_routing_mode")
 	poolMode := flag.String("pool-mode", "session", "pool_mode")
 	standbys := flag.Int("standbys", 1, "streaming replicas (routed reads use all of them)")
 	out := flag.String("out", "kineticd.pprof", "CPU profile file")
 	flag.Parse()
-	if err := run(*seconds, *clients, *standbys, *mode, *routing, *poolMode, *out); err != nil {
+	if err := run(*seconds, *clients, *standbys, *script, *mode, *routing, *poolMode, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "profile:", err)
 		os.Exit(1)
 	}
 }
 
-func run(seconds, clients, standbys int, mode, routing, poolMode, out string) error {
+func run(seconds, clients, standbys int, script, mode, routing, poolMode, out string) error {
 	ctx := context.Background()
 	cl, err := pgtest.Start(ctx, pgtest.Options{Standbys: max(standbys, 1)})
 	if err != nil {
@@ -91,11 +92,11 @@ func run(seconds, clients, standbys int, mode, routing, poolMode, out string) er
 		return err
 	}
 	start := time.Now()
-	err = pgbench("-S", "-M", mode, "-c", strconv.Itoa(clients), "-j", "2", "-T", strconv.Itoa(seconds),
+	err = pgbench("-b", script, "-M", mode, "-c", strconv.Itoa(clients), "-j", "2", "-T", strconv.Itoa(seconds),
 		"-h", "127.0.0.1", "-p", port, "-U", pgtest.AppUser, pgtest.AppDB)
 	pprof.StopCPUProfile()
-	fmt.Printf("profiled %v of pgbench -S -M %s -c %d through kineticd (routing %s); profile in %s\n",
-		time.Since(start).Round(time.Millisecond), mode, clients, routing, out)
+	fmt.Printf("profiled %v of pgbench -b %s -M %s -c %d through kineticd (routing %s); profile in %s\n",
+		time.Since(start).Round(time.Millisecond), script, mode, clients, routing, out)
 	return err
 }
 
