@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
 
 	"github.com/pg-kinetic/pg-kinetic/classify"
 )
@@ -225,5 +226,73 @@ func TestKeptEffects(t *testing.T) {
 		if names(got) != tc.want || uncertain != tc.uncertain {
 			t.Errorf("keptEffects(%v) = %q, %v, want %q, %v", tc.in, names(got), uncertain, tc.want, tc.uncertain)
 		}
+	}
+}
+
+// TestSavepointsDropPortals: the portals made since a savepoint go with a
+// ROLLBACK TO it (PostgreSQL's AtSubCleanup_Portals), the proxy's own and
+// the names of the servers'; a RELEASE hands them to the savepoint below,
+// so a ROLLBACK TO that one drops them; a name never set changes nothing.
+func TestSavepointsDropPortals(t *testing.T) {
+	ss := &session{log: zap.NewNop()}
+	ss.mu.tx = 'T'
+	ss.client.kportals = map[string]kportal{}
+	ss.client.srvPortals = map[string]portalAge{}
+	note := func(op classify.SavepointOp, name string) {
+		ss.mu.Lock()
+		ss.noteSavepointLocked(classify.Savepoint{Op: op, Name: name})
+		ss.mu.Unlock()
+	}
+	bind := func(name string, local bool) {
+		if local {
+			ss.client.kportals[name] = kportal{portalAge: ss.portalAgeNow()}
+		} else {
+			ss.client.srvPortals[name] = ss.portalAgeNow()
+		}
+	}
+	portals := func() string {
+		var out []string
+		for n := range ss.client.kportals {
+			out = append(out, n)
+		}
+		for n := range ss.client.srvPortals {
+			out = append(out, n+"@server")
+		}
+		slices.Sort(out)
+		return strings.Join(out, ",")
+	}
+	bind("p0", true)
+	note(classify.SavepointSet, "a")
+	bind("p1", true)
+	bind("s1", false)
+	note(classify.SavepointSet, "b")
+	bind("p2", true)
+	note(classify.SavepointRollback, "nosuch")
+	if got := portals(); got != "p0,p1,p2,s1@server" {
+		t.Fatalf("after ROLLBACK TO a savepoint never set: %s", got)
+	}
+	note(classify.SavepointRollback, "b")
+	if got := portals(); got != "p0,p1,s1@server" {
+		t.Fatalf("after ROLLBACK TO b: %s", got)
+	}
+	bind("p3", true)
+	note(classify.SavepointRelease, "b") // p3 now belongs to a's level
+	note(classify.SavepointSet, "c")
+	note(classify.SavepointRollback, "c") // made before c: stays
+	if got := portals(); got != "p0,p1,p3,s1@server" {
+		t.Fatalf("after RELEASE b, SAVEPOINT c, ROLLBACK TO c: %s", got)
+	}
+	note(classify.SavepointRollback, "a")
+	if got := portals(); got != "p0" {
+		t.Fatalf("after RELEASE b and ROLLBACK TO a: %s", got)
+	}
+	if len(ss.client.savepoints) != 1 || ss.client.savepoints[0].name != "a" {
+		t.Fatalf("savepoints after ROLLBACK TO a = %v, want [a] (it stays)", ss.client.savepoints)
+	}
+	// In a block known to have failed a SAVEPOINT fails: not set.
+	ss.mu.tx = 'E'
+	note(classify.SavepointSet, "c")
+	if len(ss.client.savepoints) != 1 {
+		t.Fatalf("a SAVEPOINT in a failed block was set: %v", ss.client.savepoints)
 	}
 }
