@@ -915,7 +915,7 @@ func (ss *session) count(l *link, typ byte) {
 	defer ss.mu.Unlock()
 	switch typ {
 	case 'Q', 'F':
-		ss.restOpen = false
+		ss.inj.restOpen = false
 		ss.mu.pending++
 		ss.noteUnitSentLocked() // timeouts.go
 		ss.mu.unitSeq++
@@ -924,7 +924,7 @@ func (ss *session) count(l *link, typ byte) {
 		l.sent = 0
 		l.executed = false
 	case 'S':
-		ss.restOpen = false
+		ss.inj.restOpen = false
 		ss.mu.pending++
 		ss.noteUnitSentLocked()
 		ss.mu.unitSeq++
@@ -1008,9 +1008,9 @@ func (ss *session) buffer(l *link, b *batch) error {
 		front.msgs = nil
 	}
 	ss.mu.Lock()
-	ss.midBatch = ss.mu.unsynced // the client's batch is already under way on a server
+	ss.inj.midBatch = ss.mu.unsynced // the client's batch is already under way on a server
 	ss.mu.Unlock()
-	defer func() { ss.midBatch = false }()
+	defer func() { ss.inj.midBatch = false }()
 	if err := ss.injectStatements(l, &front); err != nil {
 		return errServerGone
 	}
@@ -1046,7 +1046,7 @@ func (ss *session) buffer(l *link, b *batch) error {
 					rest := batch{buf: b.buf, msgs: msgs[i:]}
 					return ss.bufferRaw(l, &rest)
 				}
-				ss.midBatch = true
+				ss.inj.midBatch = true
 				if err := ss.injectStatements(l, &one); err != nil {
 					return errServerGone
 				}
@@ -2240,7 +2240,7 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 		if err := ss.injectInUnit(l, inUnit, block); err != nil {
 			return errServerGone
 		}
-		ss.restOpen = !block
+		ss.inj.restOpen = !block
 		ss.mu.Lock()
 		st.settings = inUnit // (until the unit ends: then unknown, endEffects)
 		ss.mu.Unlock()

@@ -275,7 +275,7 @@ func (ss *session) pruneEndedPortals() {
 		return
 	}
 	ss.mu.Lock()
-	ended, idle := max(ss.mu.lastIdleDone, ss.portalsEnd), ss.idleLocked() && !ss.localOpen
+	ended, idle := max(ss.mu.lastIdleDone, ss.client.portalsEnd), ss.idleLocked() && !ss.client.localOpen
 	ss.mu.Unlock()
 	gone := func(seq uint64) bool { return idle || seq < ended }
 	maps.DeleteFunc(c.kportals, func(_ string, p kportal) bool { return gone(p.seq) })
@@ -541,7 +541,7 @@ func (ss *session) endLocalBatch(term byte, l *link, failed bool) (open *link, s
 		return nil, false, ss.endStream(l, 'S')
 	case term == 'S':
 		ss.waitIdle()
-		ss.localOpen = false
+		ss.client.localOpen = false
 		ss.clearLocalPortals()
 		if err := ss.send(&pgproto3.ReadyForQuery{TxStatus: ss.txStatus()}); err != nil {
 			return nil, false, errClientGone{err}
@@ -559,7 +559,7 @@ func (ss *session) endLocalBatch(term byte, l *link, failed bool) (open *link, s
 		}
 		return l, false, nil
 	default: // Flush with no server: what was answered is already flushed
-		ss.localOpen = !failed // its implicit transaction goes on: its portals live
+		ss.client.localOpen = !failed // its implicit transaction goes on: its portals live
 		return nil, failed, nil
 	}
 }
@@ -866,7 +866,7 @@ func (ss *session) notePortalsEnd(b *batch, u unitInfo, open bool) {
 	if open {
 		return
 	}
-	ss.localOpen = false // (a unit a Sync ends: its answer ends the implicit transaction)
+	ss.client.localOpen = false // (a unit a Sync ends: its answer ends the implicit transaction)
 	if ss.routingMode() == config.RoutingOff && !ss.txPool {
 		// Units are not classified there: the statements' first words
 		// tell BEGIN from COMMIT/ROLLBACK well enough for this.
@@ -875,19 +875,19 @@ func (ss *session) notePortalsEnd(b *batch, u unitInfo, open bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.mu.pending == 0 {
-		ss.predOpen = ss.mu.tx != 'I'
+		ss.client.predOpen = ss.mu.tx != 'I'
 	}
 	switch u.lastTx {
 	case 'b':
-		ss.predOpen = true
+		ss.client.predOpen = true
 	case 'e':
-		ss.predOpen = false
+		ss.client.predOpen = false
 	}
-	if !ss.predOpen || u.chained {
+	if !ss.client.predOpen || u.chained {
 		// (AND CHAIN: the block goes on, but the transaction that made
 		// the portals of the units before ended; differential
 		// 997645668052297296, a portal bound again after it got 42P03.)
-		ss.portalsEnd = ss.mu.unitSeq + 1
+		ss.client.portalsEnd = ss.mu.unitSeq + 1
 	}
 }
 

@@ -265,7 +265,7 @@ func (ss *session) replayPortals(l *link, r *replayLog) error {
 	}
 	// The portals live in the server's implicit transaction until the
 	// client's Sync: nothing of the proxy's may end it before.
-	ss.restOpen = true
+	ss.inj.restOpen = true
 	for _, m := range msgs {
 		switch m.typ {
 		case 'B':

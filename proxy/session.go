@@ -41,6 +41,14 @@ type clientStatements struct {
 	// as its units are routed (noteSavepointLocked): the portals made
 	// since one go when it is rolled back to.
 	savepoints []clientSavepoint
+	// portalsEnd: the portals of units before it end with a unit already
+	// routed (a COMMIT, ROLLBACK or an implicit transaction's Sync not yet
+	// answered: a pipeline); predOpen: a routed unit opened a block.
+	portalsEnd uint64
+	predOpen   bool
+	// localOpen: a batch the proxy answered alone ended with Flush, so
+	// its implicit transaction, and the portals it made, go on.
+	localOpen bool
 	// exitPortals are the portals the client Bound, by whether their
 	// statement ends a failed transaction (exitsFailedTx): an Execute of
 	// one that does not leaves a failed transaction failed (stand-ins,
@@ -114,6 +122,27 @@ type sessionFreshness struct {
 	// usedReplica: a unit of the session was routed to a replica; until
 	// then its positions are read in no hurry (requestPositionLocked).
 	usedReplica bool
+}
+
+// injection is what the proxy needs to know of the client's batch when it
+// writes messages of its own among the client's (statements.go:
+// injectStatements, ensureSQLStatement; forward.go: buffer). Owned by the
+// session goroutine.
+type injection struct {
+	// midBatch: buffer is writing inside a client's extended batch, where
+	// no simple Query may be injected.
+	midBatch bool
+	// restOpen: the rest of a unit moved from a replica began on the
+	// current server with messages of the proxy's (its SETs made in the
+	// unit, its portals replayed: prepareLink) in the server's implicit
+	// transaction: until the client's Sync, nothing of the proxy's may
+	// end that transaction (a Sync, a simple Query).
+	restOpen bool
+	extBatch bool // injectStatements runs for an extended-protocol batch (ensureSQLStatement)
+	// batch, at: the batch injectStatements prepares for and the index of
+	// the message it prepares now (skippedInFailedTx).
+	batch *batch
+	at    int
 }
 
 // session is one client connection. Its fields outside mu are owned by
@@ -195,31 +224,11 @@ type session struct {
 	deferred   string        // a plain BEGIN answered locally, not yet sent to a server
 	chainedOn  *link         // the replica that ran an extended-protocol AND CHAIN ending a failed block (noteChainOnReplica)
 
-	// midBatch: buffer is writing inside a client's extended batch, where
-	// no simple Query may be injected.
-	midBatch bool
-	// restOpen: the rest of a unit moved from a replica began on the
-	// current server with messages of the proxy's (its SETs made in the
-	// unit, its portals replayed: prepareLink) in the server's implicit
-	// transaction: until the client's Sync, nothing of the proxy's may
-	// end that transaction (a Sync, a simple Query).
-	restOpen bool
-	extBatch bool // injectStatements runs for an extended-protocol batch (ensureSQLStatement)
-	// injBatch, injAt: the batch injectStatements prepares for and the
-	// index of the message it prepares now (skippedInFailedTx).
-	injBatch *batch
-	injAt    int
+	// inj: where the proxy's own messages stand among the client's.
+	inj injection
 	// seenTerminations is the Server's terminations count this session
 	// last checked its primary backend at.
 	seenTerminations uint64
-	// portalsEnd: the portals of units before it end with a unit already
-	// routed (a COMMIT, ROLLBACK or an implicit transaction's Sync not yet
-	// answered: a pipeline); predOpen: a routed unit opened a block.
-	portalsEnd uint64
-	predOpen   bool
-	// localOpen: a batch the proxy answered alone ended with Flush, so
-	// its implicit transaction, and the portals it made, go on.
-	localOpen bool
 	// hasUndo says, without mu, that mu.undo holds something.
 	hasUndo atomic.Bool
 

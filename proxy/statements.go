@@ -611,11 +611,11 @@ func (ss *session) makeRoom(l *link, b *batch, ds []*classified) error {
 // which PostgreSQL sends in a failed transaction). Callers know the
 // status: batches pipelined before are answered (settleBatches).
 func (ss *session) skippedInFailedTx() bool {
-	b := ss.injBatch
+	b := ss.inj.batch
 	if b == nil || ss.txStatus() != 'E' {
 		return false
 	}
-	for _, m := range b.msgs[:min(ss.injAt, len(b.msgs))] {
+	for _, m := range b.msgs[:min(ss.inj.at, len(b.msgs))] {
 		switch m.typ {
 		case 'E':
 			return false
@@ -641,9 +641,9 @@ func (ss *session) skippedInFailedTx() bool {
 // the client's own ParseComplete (pipelines got their answers out of
 // step).
 func (ss *session) injectStatements(l *link, b *batch) error {
-	ss.extBatch = !slices.ContainsFunc(b.msgs, func(m batchMsg) bool { return m.typ == 'Q' || m.typ == 'F' })
-	ss.injBatch = b
-	defer func() { ss.extBatch, ss.injBatch = false, nil }()
+	ss.inj.extBatch = !slices.ContainsFunc(b.msgs, func(m batchMsg) bool { return m.typ == 'Q' || m.typ == 'F' })
+	ss.inj.batch = b
+	defer func() { ss.inj.extBatch, ss.inj.batch = false, nil }()
 	// SQL PREPAREs to replay go first: outside a batch under way they are
 	// simple Queries, which destroy the unnamed statement a re-Parse
 	// below may have just prepared.
@@ -664,7 +664,7 @@ func (ss *session) injectStatements(l *link, b *batch) error {
 		}
 		return typ
 	}
-	if !ss.midBatch {
+	if !ss.inj.midBatch {
 		if err := ss.injectSQLPrepares(l, b, useOf); err != nil {
 			return err
 		}
@@ -689,7 +689,7 @@ func (ss *session) injectSQLPrepares(l *link, b *batch, useOf func(int, byte) by
 				// must hold that one to refuse the Parse (42P05).
 				if _, parsed := ss.client.stmts[n]; !parsed {
 					if _, prepared := ss.client.sqlPrepared[n]; prepared {
-						ss.injAt = i
+						ss.inj.at = i
 						if err := ss.ensureSQLStatement(l, n, useOf(i, 'P')); err != nil {
 							return err
 						}
@@ -709,7 +709,7 @@ func (ss *session) injectSQLPrepares(l *link, b *batch, useOf func(int, byte) by
 				continue
 			}
 			if _, prepared := ss.client.sqlPrepared[ref]; prepared {
-				ss.injAt = i
+				ss.inj.at = i
 				if err := ss.ensureSQLStatement(l, ref, useOf(i, m.typ)); err != nil {
 					return err
 				}
@@ -735,7 +735,7 @@ func (ss *session) injectProtocolStatements(l *link, b *batch, useOf func(int, b
 	// its later messages follow without injections between them.
 	for i, m := range b.msgs {
 		body := b.body(m)
-		ss.injAt = i
+		ss.inj.at = i
 		var name string
 		switch m.typ {
 		case 'P':
@@ -943,7 +943,7 @@ func (ss *session) ensureSQLStatement(l *link, name string, use byte) error {
 			}
 		}
 	}
-	if ss.midBatch || ss.restOpen || ss.extBatch && ss.txStatus() == 'E' {
+	if ss.inj.midBatch || ss.inj.restOpen || ss.inj.extBatch && ss.txStatus() == 'E' {
 		// Inside the client's extended batch a simple Query would end it
 		// half-way: the PREPARE runs as an extended statement of the
 		// proxy's own, under names no client uses. So it does ahead of
@@ -1836,11 +1836,11 @@ func (ss *session) forgetShape(parse string) {
 func (ss *session) shapeChanged(l *link, name, parse string) (changed, redo bool, err error) {
 	ss.mu.Lock()
 	told, ok := ss.mu.shapes[parse]
-	if !ok || ss.mu.tx == 'E' || ss.mu.pending > 0 || ss.midBatch || l.failed == l.batches+1 {
+	if !ok || ss.mu.tx == 'E' || ss.mu.pending > 0 || ss.inj.midBatch || l.failed == l.batches+1 {
 		ss.mu.Unlock()
 		return false, false, nil
 	}
-	synced := ss.mu.tx == 'I' && !ss.restOpen
+	synced := ss.mu.tx == 'I' && !ss.inj.restOpen
 	batch := l.batches
 	l.swallow = append(l.swallow, expect{kind: 'd', batch: batch})
 	l.shape, l.shapeGot = shapePending, ""
