@@ -155,12 +155,12 @@ func (ss *session) greet(params map[string]string) error {
 	for _, k := range names {
 		msgs = append(msgs, &pgproto3.ParameterStatus{Name: k, Value: params[k]})
 	}
-	ss.startupVals = make(map[string]string, len(ss.mu.startup))
+	ss.params.startup = make(map[string]string, len(ss.mu.startup))
 	for _, st := range ss.mu.startup {
-		ss.startupVals[strings.ToLower(st.name)] = st.value
+		ss.params.startup[strings.ToLower(st.name)] = st.value
 	}
 	ss.wmu.Lock()
-	ss.reported = params
+	ss.params.reported = params
 	ss.wmu.Unlock()
 	var secret [4]byte
 	secret[0], secret[1], secret[2], secret[3] = byte(ss.key.secret>>24), byte(ss.key.secret>>16), byte(ss.key.secret>>8), byte(ss.key.secret)

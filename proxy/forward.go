@@ -833,12 +833,12 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 		// server the rest runs on lacks them (unitEnded).
 		l.st.settings = settingsUnknown
 		ss.mu.movedEffects = true
-		ss.heldCommitted = committedLast(ss.mu.effects, ss.mu.unitSeq)
+		ss.mu.heldCommitted = committedLast(ss.mu.effects, ss.mu.unitSeq)
 	} else if ss.mu.commitSeq == ss.mu.unitSeq {
 		// A COMMIT of the part settled its SETs already (committedLocked
 		// took them off effects): kept, whatever the rest does
 		// (differential 11978386151710806781).
-		ss.heldCommitted = true
+		ss.mu.heldCommitted = true
 	}
 	ss.mu.Unlock()
 	ss.flow.close()

@@ -562,12 +562,12 @@ func (ss *session) dropMessage(l *link, h wire.Header, st relayStep, body []byte
 				srv.Params[ps.Name] = ps.Value
 				if st.head.keepParams {
 					ss.mu.Lock()
-					ss.heldParams = append(ss.heldParams, ps)
+					ss.mu.heldParams = append(ss.mu.heldParams, ps)
 					ss.mu.Unlock()
 				}
 				if st.head.undoneParams {
 					ss.wmu.Lock()
-					ss.undoneParams = append(ss.undoneParams, ps)
+					ss.params.undone = append(ss.params.undone, ps)
 					ss.wmu.Unlock()
 				}
 			}
@@ -967,7 +967,7 @@ func (ss *session) relayParameterStatus(l *link, body []byte) error {
 	if inReset {
 		name := strings.ToLower(ps.Name)
 		n := l.resets[0]
-		if sv, ok := ss.startupVals[name]; ok && (n.all || slices.Contains(n.names, name)) && value == l.conn.Defaults[ps.Name] {
+		if sv, ok := ss.params.startup[name]; ok && (n.all || slices.Contains(n.names, name)) && value == l.conn.Defaults[ps.Name] {
 			value = sv
 		}
 	}
@@ -978,10 +978,10 @@ func (ss *session) relayParameterStatus(l *link, body []byte) error {
 		// Held until the batch's ReadyForQuery, to go out in the server's
 		// order (by name) with the startup values the RESET gave back
 		// (reportResets).
-		ss.resetHeld = append(ss.resetHeld, pgproto3.ParameterStatus{Name: ps.Name, Value: value})
+		ss.params.resetHeld = append(ss.params.resetHeld, pgproto3.ParameterStatus{Name: ps.Name, Value: value})
 		return nil
 	}
-	if last, ok := ss.reported[ps.Name]; ok && last == value {
+	if last, ok := ss.params.reported[ps.Name]; ok && last == value {
 		// Unchanged for the client: PostgreSQL reports a parameter only
 		// when its value changed from the one it last reported.
 		return nil
@@ -991,8 +991,8 @@ func (ss *session) relayParameterStatus(l *link, body []byte) error {
 		body, _ = ps.Encode(nil)
 		body = body[5:]
 	}
-	if ss.reported != nil {
-		ss.reported[ps.Name] = value
+	if ss.params.reported != nil {
+		ss.params.reported[ps.Name] = value
 	}
 	if err := wire.WriteHeader(ss.out(), wire.Header{Type: 'S', Len: len(body)}); err != nil {
 		return err
@@ -1011,13 +1011,13 @@ func (ss *session) relayParameterStatus(l *link, body []byte) error {
 // the client's unit (endReplicaStream), unless it knows them already.
 func (ss *session) reportHeldParams() error {
 	ss.mu.Lock()
-	held := ss.heldParams
-	ss.heldParams = nil
+	held := ss.mu.heldParams
+	ss.mu.heldParams = nil
 	// A unit that failed or rolled back undid those SETs: PostgreSQL
 	// reports nothing then (the value is the one it last reported),
 	// unless a COMMIT of the unit made them first.
-	undone := (ss.mu.unitErr || ss.mu.lastTag == "ROLLBACK") && !ss.heldCommitted
-	ss.heldCommitted = false
+	undone := (ss.mu.unitErr || ss.mu.lastTag == "ROLLBACK") && !ss.mu.heldCommitted
+	ss.mu.heldCommitted = false
 	ss.mu.Unlock()
 	if len(held) == 0 || undone {
 		return nil
@@ -1042,11 +1042,11 @@ func (ss *session) unreportedLocked(ps []pgproto3.ParameterStatus) []wire.Encode
 	var out []wire.Encoder
 	for i := range ps {
 		p := &ps[i]
-		if last, ok := ss.reported[p.Name]; ok && last == p.Value {
+		if last, ok := ss.params.reported[p.Name]; ok && last == p.Value {
 			continue
 		}
-		if ss.reported != nil {
-			ss.reported[p.Name] = p.Value
+		if ss.params.reported != nil {
+			ss.params.reported[p.Name] = p.Value
 		}
 		out = append(out, p)
 	}
@@ -1069,8 +1069,8 @@ func (ss *session) reportResets(l *link) error {
 	ss.mu.Unlock()
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	out := ss.resetHeld
-	ss.resetHeld = nil
+	out := ss.params.resetHeld
+	ss.params.resetHeld = nil
 	if !failed { // (a failed batch's RESET or DISCARD was rolled back)
 		for _, st := range ss.mu.startup {
 			name := strings.ToLower(st.name)
@@ -1089,15 +1089,15 @@ func (ss *session) reportResets(l *link) error {
 		return strings.Compare(strings.ToLower(a.Name), strings.ToLower(b.Name))
 	})
 	for _, ps := range out {
-		if last, ok := ss.reported[ps.Name]; ok && last == ps.Value {
+		if last, ok := ss.params.reported[ps.Name]; ok && last == ps.Value {
 			continue // unchanged for the client
 		}
 		buf, _ := ps.Encode(nil)
 		if _, err := ss.out().Write(buf); err != nil {
 			return err
 		}
-		if ss.reported != nil {
-			ss.reported[ps.Name] = ps.Value
+		if ss.params.reported != nil {
+			ss.params.reported[ps.Name] = ps.Value
 		}
 	}
 	return nil

@@ -124,6 +124,25 @@ type sessionFreshness struct {
 	usedReplica bool
 }
 
+// clientParams is what the client was told of the server parameters and
+// what is held back for it (more under session.mu: heldParams).
+type clientParams struct {
+	// reported is the last value of each parameter the client was told
+	// in a ParameterStatus. Under wmu.
+	reported map[string]string
+	// startup: the client's startup settings by lower-case name (set at
+	// connect, read-only after).
+	startup map[string]string
+	// undone: ParameterStatus a server sent when the proxy failed its
+	// transaction block (abortServerTx: the block's SETs undone), for the
+	// client before its next ReadyForQuery, which the proxy sends (send).
+	// Under wmu.
+	undone []pgproto3.ParameterStatus
+	// resetHeld: ParameterStatus of a batch with a RESET, sent at its
+	// ReadyForQuery (reportResets). Under wmu.
+	resetHeld []pgproto3.ParameterStatus
+}
+
 // injection is what the proxy needs to know of the client's batch when it
 // writes messages of its own among the client's (statements.go:
 // injectStatements, ensureSQLStatement; forward.go: buffer). Owned by the
@@ -179,25 +198,9 @@ type session struct {
 	key            cancelKey
 	authFinal      *pgproto3.AuthenticationSASLFinal
 
-	// reported is the last value of each parameter the client was told
-	// in a ParameterStatus (under wmu); startupVals the client's startup
-	// settings by lower-case name (set at connect).
-	reported map[string]string
-	// heldParams: ParameterStatus for the client from a Sync of the
-	// proxy's own (reportHeldParams).
-	heldParams []pgproto3.ParameterStatus
-	// heldCommitted: a COMMIT of the unit followed every SET of the part
-	// those came from: they hold whatever the rest of the unit does.
-	heldCommitted bool
-	// undoneParams: ParameterStatus a server sent when the proxy failed
-	// its transaction block (abortServerTx: the block's SETs undone), for
-	// the client before its next ReadyForQuery, which the proxy sends
-	// (send). Under wmu.
-	undoneParams []pgproto3.ParameterStatus
-	// resetHeld: ParameterStatus of a batch with a RESET, sent at its
-	// ReadyForQuery (reportResets). Under wmu.
-	resetHeld   []pgproto3.ParameterStatus
-	startupVals map[string]string
+	// params: the ParameterStatus the client was told, and those held
+	// back for it.
+	params clientParams
 
 	wmu sync.Mutex    // serialises writes to the client
 	w   *bufio.Writer // under wmu; nil between flushes when idleIO (use out)
@@ -334,6 +337,12 @@ type session struct {
 		// body (shapeChanged compares a re-Parse's with it).
 		shapes  map[string]string
 		effects []effect // of the units in progress, applied when theirs ends well
+		// heldParams: ParameterStatus for the client from a Sync of the
+		// proxy's own (reportHeldParams); heldCommitted: a COMMIT of the
+		// unit followed every SET of the part those came from: they hold
+		// whatever the rest of the unit does.
+		heldParams    []pgproto3.ParameterStatus
+		heldCommitted bool
 		// commitSeq: the unit whose COMMIT last settled the effects before
 		// it (committedLocked), so a replica part whose SETs it kept
 		// reports them whatever the rest does (endReplicaStream).
@@ -376,12 +385,12 @@ type session struct {
 func (ss *session) send(msgs ...wire.Encoder) error {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	if len(ss.undoneParams) > 0 {
+	if len(ss.params.undone) > 0 {
 		if i := slices.IndexFunc(msgs, func(m wire.Encoder) bool { _, ok := m.(*pgproto3.ReadyForQuery); return ok }); i >= 0 {
 			// Where the server would have sent them: before the
 			// ReadyForQuery that ends the failed batch.
-			ps := ss.unreportedLocked(ss.undoneParams)
-			ss.undoneParams = nil
+			ps := ss.unreportedLocked(ss.params.undone)
+			ss.params.undone = nil
 			msgs = slices.Concat(msgs[:i:i], ps, msgs[i:])
 		}
 	}
