@@ -51,7 +51,8 @@
 // goroutine per attached server connection that reads the server and writes
 // the client; both are owned by the session and joined before it ends.
 // Serve owns the session goroutines; Shutdown drains them. A session's
-// fields outside its mu are the session goroutine's; those the server
+// fields outside its mu are the session goroutine's, except those marked
+// "under wmu" (what is written to the client); those the server
 // readers, timers, Shutdown, PAUSE, cancels and the admin console also use
 // are grouped in session.mu (lock order: session.wmu, then session.mu;
 // see the session type).

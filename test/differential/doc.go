@@ -406,7 +406,8 @@
 //     session-routing, 6,000 in transaction and transaction-routing, 0
 //     mismatching in each.
 //   - 2026-12-05, third session, with savepoints followed (649c737):
-//     494949: 0 / 0 / 0 / 0.
+//     494949: 0 / 0 / 0 / 0; 505050 widened, 4,000 in session-routing and
+//     transaction-routing: 0 / 0.
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
