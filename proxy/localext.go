@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -999,17 +1000,27 @@ func bindParamsErr(bd *pgproto3.Bind) *pgproto3.ErrorResponse {
 // failed transaction (its IsTransactionExitStmt: COMMIT, END, ROLLBACK,
 // ABORT, ROLLBACK TO, PREPARE TRANSACTION).
 func exitsFailedTx(text string) bool {
-	f := strings.Fields(strings.ToLower(strings.TrimRight(strings.TrimSpace(text), ";")))
-	if len(f) == 0 {
-		return false
-	}
-	switch f[0] {
-	case "commit", "end", "abort", "rollback":
+	// (Without allocating: it runs for every Bind a client sends.)
+	first, rest := nextField(strings.TrimRight(strings.TrimSpace(text), ";"))
+	switch {
+	case strings.EqualFold(first, "commit"), strings.EqualFold(first, "end"),
+		strings.EqualFold(first, "abort"), strings.EqualFold(first, "rollback"):
 		return true
-	case "prepare":
-		return len(f) > 1 && f[1] == "transaction"
+	case strings.EqualFold(first, "prepare"):
+		second, _ := nextField(rest)
+		return strings.EqualFold(second, "transaction")
 	}
 	return false
+}
+
+// nextField splits s's first field (as strings.Fields splits, at Unicode
+// white space) off the rest.
+func nextField(s string) (field, rest string) {
+	s = strings.TrimLeftFunc(s, unicode.IsSpace)
+	if i := strings.IndexFunc(s, unicode.IsSpace); i >= 0 {
+		return s[:i], s[i:]
+	}
+	return s, ""
 }
 
 // txWord is txWords for one text.

@@ -43,6 +43,13 @@ func TestMayExitText(t *testing.T) {
 		"-- why\nrollback":                       true,
 		"/* pg-kinetic: primary */ select 1":     true, // (not known without a parser: may)
 		"release savepoint x1":                   false,
+		"COMMIT\tAND CHAIN":                      true,
+		"Prepare\n  Transaction 'x'":             true,
+		"\u00a0end":                              true,
+		"prepared":                               false,
+		"prepare x as select 1":                  false,
+		"rollbacks":                              false,
+		"commit_log()":                           false,
 		"select 1":                               false,
 		"update t set v = v || '+' where k <= 1": false,
 		"":                                       false,
@@ -50,5 +57,10 @@ func TestMayExitText(t *testing.T) {
 		if got := mayExitText(q); got != want {
 			t.Errorf("mayExitText(%q) = %v, want %v", q, got, want)
 		}
+	}
+	// It runs for every Bind: no allocation.
+	q := "SELECT abalance FROM pgbench_accounts WHERE aid = $1"
+	if n := testing.AllocsPerRun(100, func() { mayExitText(q) }); n != 0 {
+		t.Errorf("mayExitText allocates %v times per call", n)
 	}
 }
