@@ -231,14 +231,9 @@ func expected(e corpusEntry) (d Decision, hintFound bool, opts string, err error
 		case "savepoint":
 			op, name, _ := strings.Cut(k.val, ":")
 			st.Savepoint.Name = name
-			switch op {
-			case "set":
-				st.Savepoint.Op = SavepointSet
-			case "release":
-				st.Savepoint.Op = SavepointRelease
-			case "rollback":
-				st.Savepoint.Op = SavepointRollback
-			default:
+			ops := map[string]SavepointOp{"set": SavepointSet, "release": SavepointRelease, "rollback": SavepointRollback}
+			var known bool
+			if st.Savepoint.Op, known = ops[op]; !known {
 				err = fmt.Errorf("unknown savepoint command %q", op)
 			}
 		case "effect":

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -91,24 +92,21 @@ func (ss *session) noteSavepointLocked(sp classify.Savepoint) {
 	} else {
 		c.savepoints = c.savepoints[:i]
 	}
-	for name, p := range c.kportals {
-		switch {
-		case p.sp <= i:
+	unwindPortals(c.kportals, func(p *kportal) *portalAge { return &p.portalAge }, i, rollback)
+	unwindPortals(c.srvPortals, func(p *portalAge) *portalAge { return p }, i, rollback)
+}
+
+// unwindPortals applies a ROLLBACK TO (rollback) or RELEASE of savepoint i
+// to portals: those made under it go, or pass to the savepoint below.
+func unwindPortals[P any](portals map[string]P, age func(*P) *portalAge, i int, rollback bool) {
+	for name, p := range portals {
+		switch a := age(&p); {
+		case a.sp <= i:
 		case rollback:
-			delete(c.kportals, name)
+			delete(portals, name)
 		default:
-			p.sp = i
-			c.kportals[name] = p
-		}
-	}
-	for name, p := range c.srvPortals {
-		switch {
-		case p.sp <= i:
-		case rollback:
-			delete(c.srvPortals, name)
-		default:
-			p.sp = i
-			c.srvPortals[name] = p
+			a.sp = i
+			portals[name] = p
 		}
 	}
 }
@@ -897,20 +895,7 @@ func (ss *session) notePortalsEnd(b *batch, u unitInfo, open bool) {
 // one of the words are.
 func (ss *session) savepointCommands(b *batch) []classify.Savepoint {
 	var out []classify.Savepoint
-	for _, m := range b.msgs {
-		var text string
-		switch m.typ {
-		case 'P':
-			_, q, err := parseNames(b.body(m))
-			if err != nil {
-				continue
-			}
-			text = q
-		case 'Q':
-			text = string(b.body(m))
-		default:
-			continue
-		}
+	for text := range b.statementTexts() {
 		if !containsFold(text, "savepoint") && !containsFold(text, "release") && !containsFold(text, "rollback") {
 			continue
 		}
@@ -923,25 +908,37 @@ func (ss *session) savepointCommands(b *batch) []classify.Savepoint {
 	return out
 }
 
+// statementTexts yields the texts of b's Parses (well-formed ones) and
+// Queries, in order.
+func (b *batch) statementTexts() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, m := range b.msgs {
+			var text string
+			switch m.typ {
+			case 'P':
+				_, q, err := parseNames(b.body(m))
+				if err != nil {
+					continue
+				}
+				text = q
+			case 'Q':
+				text = string(b.body(m))
+			default:
+				continue
+			}
+			if !yield(text) {
+				return
+			}
+		}
+	}
+}
+
 // txWords is the last transaction statement of b's Parses and Queries by
 // their first words ('b' BEGIN/START, 'e' COMMIT/END/ROLLBACK/ABORT but
 // not ROLLBACK TO), 0 if none.
 func txWords(b *batch) byte {
 	var last byte
-	for _, m := range b.msgs {
-		var text string
-		switch m.typ {
-		case 'P':
-			_, q, err := parseNames(b.body(m))
-			if err != nil {
-				continue
-			}
-			text = q
-		case 'Q':
-			text = string(b.body(m))
-		default:
-			continue
-		}
+	for text := range b.statementTexts() {
 		if w := txWord(text); w != 0 {
 			last = w
 		}
