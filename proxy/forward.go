@@ -983,30 +983,7 @@ func (ss *session) buffer(l *link, b *batch) error {
 			return err
 		}
 	}
-	// Statements the batch needs are prepared ahead of it, except after
-	// a transaction start with options: a Parse of the proxy's before it
-	// would take the transaction's snapshot first (25001 "SET TRANSACTION
-	// ISOLATION LEVEL must be called before any query"), so those are
-	// prepared where they are needed, after the server answered what came
-	// before (a barrier).
-	late := ss.txControlIndex(b)
-	if ss.txStatus() == 'E' {
-		// In a failed transaction a statement of the proxy's fails (25P02)
-		// where the client's own message would have: it goes right before
-		// that message, once the server answered those before it (a Close
-		// still succeeds there), and its error is the client's.
-		late = -1
-		if len(b.msgs) > 0 {
-			late = 0
-		}
-	}
-	front := *b
-	if late >= 0 {
-		front.msgs = b.msgs[:late+1]
-	}
-	if late == 0 && ss.txStatus() == 'E' {
-		front.msgs = nil
-	}
+	front, late := ss.frontOf(b)
 	ss.mu.Lock()
 	ss.inj.midBatch = ss.mu.unsynced // the client's batch is already under way on a server
 	ss.mu.Unlock()
@@ -1024,32 +1001,12 @@ func (ss *session) buffer(l *link, b *batch) error {
 	for i, m := range msgs {
 		body := b.body(m)
 		if late >= 0 && i >= len(front.msgs) && (m.typ == 'B' || m.typ == 'D' || m.typ == 'P') {
-			var one batch
-			one.add(m.typ, body)
-			if name, ok := stmtRef(m.typ, body); ok && m.typ != 'P' {
-				// A statement of the proxy's still in flight for that
-				// name (a re-Parse in a failed transaction) is answered
-				// first: the record is then what the server holds. (Only
-				// earlier batches count, already flushed.)
-				ss.settleOps(l, name)
-			}
-			if ss.needsStatements(l, &one) {
-				if err := l.conn.W.Flush(); err != nil {
-					return errServerGone
-				}
-				ok, err := ss.barrier(l)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					// The server failed the batch: it skips the rest.
-					rest := batch{buf: b.buf, msgs: msgs[i:]}
-					return ss.bufferRaw(l, &rest)
-				}
-				ss.inj.midBatch = true
-				if err := ss.injectStatements(l, &one); err != nil {
-					return errServerGone
-				}
+			if failed, err := ss.prepareLate(l, m.typ, body); err != nil {
+				return err
+			} else if failed {
+				// The server failed the batch: it skips the rest.
+				rest := batch{buf: b.buf, msgs: msgs[i:]}
+				return ss.bufferRaw(l, &rest)
 			}
 		}
 		if m.typ == 'B' {
@@ -1078,6 +1035,70 @@ func (ss *session) buffer(l *link, b *batch) error {
 		}
 	}
 	return nil
+}
+
+// frontOf splits off the part of b whose statements are prepared ahead of
+// it (front); those of its messages from late on are prepared where they
+// are needed (prepareLate; late -1: none). Ahead, except after a
+// transaction start with options: a Parse of the proxy's before it would
+// take the transaction's snapshot first (25001 "SET TRANSACTION ISOLATION
+// LEVEL must be called before any query"), so those are prepared after
+// the server answered what came before (a barrier).
+func (ss *session) frontOf(b *batch) (front batch, late int) {
+	late = ss.txControlIndex(b)
+	failedTx := ss.txStatus() == 'E'
+	if failedTx {
+		// In a failed transaction a statement of the proxy's fails (25P02)
+		// where the client's own message would have: it goes right before
+		// that message, once the server answered those before it (a Close
+		// still succeeds there), and its error is the client's.
+		late = -1
+		if len(b.msgs) > 0 {
+			late = 0
+		}
+	}
+	front = *b
+	if late >= 0 {
+		front.msgs = b.msgs[:late+1]
+	}
+	if late == 0 && failedTx {
+		front.msgs = nil
+	}
+	return front, late
+}
+
+// prepareLate prepares on l, right before the client's message (typ,
+// body), the statement it needs, once the server answered what was
+// written before it. failed: the server failed the batch before, and
+// skips the rest.
+func (ss *session) prepareLate(l *link, typ byte, body []byte) (failed bool, err error) {
+	var one batch
+	one.add(typ, body)
+	if name, ok := stmtRef(typ, body); ok && typ != 'P' {
+		// A statement of the proxy's still in flight for that name (a
+		// re-Parse in a failed transaction) is answered first: the
+		// record is then what the server holds. (Only earlier batches
+		// count, already flushed.)
+		ss.settleOps(l, name)
+	}
+	if !ss.needsStatements(l, &one) {
+		return false, nil
+	}
+	if err := l.conn.W.Flush(); err != nil {
+		return false, errServerGone
+	}
+	ok, err := ss.barrier(l)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		return true, nil
+	}
+	ss.inj.midBatch = true
+	if err := ss.injectStatements(l, &one); err != nil {
+		return false, errServerGone
+	}
+	return false, nil
 }
 
 // txControlIndex is the index of b's first Parse or Bind of a
