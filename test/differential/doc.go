@@ -407,7 +407,8 @@
 //     mismatching in each.
 //   - 2026-12-05, third session, with savepoints followed (649c737):
 //     494949: 0 / 0 / 0 / 0; 505050 widened, 4,000 in session-routing and
-//     transaction-routing: 0 / 0.
+//     transaction-routing: 0 / 0. 515151 on the session's final code
+//     (after the issue 13 splits, 28c748d): 0 / 0 / 0 / 0.
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
