@@ -72,13 +72,12 @@ backend_password = "not-its-password"
 	return b.String()
 }
 
-// setupAuthQuery makes the roles, the lookup log, the md5 rule in
-// pg_hba.conf, and installs deploy/sql/pg_kinetic_auth_query.sql for
-// aq_lookup with psql, as docs/operations.md says.
-func setupAuthQuery(t *testing.T, ctx context.Context, cl *pgtest.Cluster) {
+// addHBARules inserts rules (whole pg_hba.conf lines) before the catch-all
+// scram-sha-256 line on every server of cl (standbys have their own copy
+// of pg_hba.conf) and reloads them. The rules stay when the test ends:
+// give them roles of the test's own.
+func addHBARules(t *testing.T, ctx context.Context, cl *pgtest.Cluster, rules string) {
 	t.Helper()
-	// md5 for the md5 roles, before the catch-all scram-sha-256 line, on
-	// every server (standbys have their own copy of pg_hba.conf).
 	for _, s := range append([]*pgtest.Server{cl.Primary}, cl.Standbys...) {
 		path := filepath.Join(s.DataDir, "pg_hba.conf")
 		hba, err := os.ReadFile(path)
@@ -89,7 +88,6 @@ func setupAuthQuery(t *testing.T, ctx context.Context, cl *pgtest.Cluster) {
 		if !strings.Contains(string(hba), catchAll) {
 			t.Fatalf("%s has no catch-all line to insert before:\n%s", path, hba)
 		}
-		rules := fmt.Sprintf("host all %s,%s 127.0.0.1/32 md5\n", aqMD5, aqChgMD5)
 		if err := os.WriteFile(path, []byte(strings.Replace(string(hba), catchAll, rules+catchAll, 1)), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -97,6 +95,14 @@ func setupAuthQuery(t *testing.T, ctx context.Context, cl *pgtest.Cluster) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// setupAuthQuery makes the roles, the lookup log, the md5 rule in
+// pg_hba.conf, and installs deploy/sql/pg_kinetic_auth_query.sql for
+// aq_lookup with psql, as docs/operations.md says.
+func setupAuthQuery(t *testing.T, ctx context.Context, cl *pgtest.Cluster) {
+	t.Helper()
+	addHBARules(t, ctx, cl, fmt.Sprintf("host all %s,%s 127.0.0.1/32 md5\n", aqMD5, aqChgMD5))
 	for _, sql := range []string{
 		fmt.Sprintf("CREATE ROLE %s SUPERUSER LOGIN PASSWORD 'super-pass'", aqSuper),
 		fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD 'lookup-pass'", aqLookup),
