@@ -1218,15 +1218,8 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 			}
 		}()
 	}
-	ss.applyClientUndo()
-	if err := ss.flushHeld(); err != nil {
+	if stop, err := ss.beforeUnit(); stop || err != nil {
 		return nil, err
-	}
-	if ss.awaitResume() {
-		return nil, nil // killed while its route was paused
-	}
-	if ss.awaitPrimaryCheck() || ss.syncPrimary() {
-		return nil, nil // the session's backend was terminated
 	}
 	ss.settleReferences(b)
 	if err := ss.endChainOnReplica(); err != nil {
@@ -1235,7 +1228,36 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 	if k := ss.replicaTxEndSplit(b); k > 0 {
 		return ss.routeSplit(b, k, open, oversized)
 	}
-	u, decisions := ss.analyze(b, oversized)
+	u, decisions, stop, err := ss.prepareUnit(b, open, oversized)
+	if stop || err != nil {
+		return nil, err
+	}
+	return ss.placeUnit(b, u, decisions, open)
+}
+
+// beforeUnit is what a unit waits for and settles before it is analysed:
+// the client's undone statements, held-back messages, a paused route, a
+// check of the session's primary backend. stop means the session ended
+// meanwhile (killed, or its backend terminated).
+func (ss *session) beforeUnit() (stop bool, err error) {
+	ss.applyClientUndo()
+	if err := ss.flushHeld(); err != nil {
+		return true, err
+	}
+	if ss.awaitResume() {
+		return true, nil // killed while its route was paused
+	}
+	if ss.awaitPrimaryCheck() || ss.syncPrimary() {
+		return true, nil // the session's backend was terminated
+	}
+	return false, nil
+}
+
+// prepareUnit analyses a unit and notes what routing it implies for the
+// session's record (portals, savepoints, AND CHAIN); stop means the unit
+// was answered here (a bad hint, a local command) or failed.
+func (ss *session) prepareUnit(b *batch, open, oversized bool) (u unitInfo, decisions []*classified, stop bool, err error) {
+	u, decisions = ss.analyze(b, oversized)
 	u.restore = ss.restoreQuery(decisions)
 	ss.notePortalsEnd(b, u, open)
 	ss.noteChainOnReplica(b, u, open)
@@ -1243,17 +1265,23 @@ func (ss *session) routeBatch(b *batch, open, oversized bool) (routed *link, err
 		ss.flow.unit = u // for the position query when the unit's Sync comes
 	}
 	if u.hintErr != "" {
-		return nil, ss.failUnit(errorf(codeInvalidParameter, "%s", u.hintErr), open)
+		return u, nil, true, ss.failUnit(errorf(codeInvalidParameter, "%s", u.hintErr), open)
 	}
 	if err := ss.payCaptureDebt(); err != nil {
-		return nil, err
+		return u, nil, true, err
 	}
 	if !open && len(b.msgs) == 1 && b.msgs[0].typ == 'Q' {
 		if handled, err := ss.answerLocally(b, decisions); handled || err != nil {
-			return nil, err
+			return u, nil, true, err
 		}
 	}
+	return u, decisions, false, nil
+}
 
+// placeUnit chooses a server for an analysed unit and sends it there,
+// deciding again when a server refuses or is lost before the unit's
+// first byte reached it.
+func (ss *session) placeUnit(b *batch, u unitInfo, decisions []*classified, open bool) (*link, error) {
 	// Everything decided before a server is chosen (route.go: planUnit);
 	// planned again when the primary changed before the unit was sent
 	// (a failover: the token rules judged against the old primary no

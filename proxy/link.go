@@ -415,94 +415,16 @@ func (ss *session) stepLocked(l *link, typ byte) relayStep {
 	}
 	ss.forgetSwallowLocked(l, stale)
 	if len(l.swallow) > 0 && l.swallow[0].batch == l.rfqs {
-		switch e := l.swallow[0]; {
-		case e.kind == 'b' && typ == '3' && e.skip > 0:
-			l.swallow[0].skip-- // the client's own Close answered
-		case e.kind == 'b' && typ == '3':
-			st.drop = true
-			l.swallow = l.swallow[1:]
-			l.barrier = barrierPassed
-			ss.turn.Broadcast()
-		case e.kind == 'b' && typ == 'E':
-			// The batch failed before the barrier: the server skips
-			// to Sync, the barrier is never answered. The client
-			// gets the error.
-			n := 0
-			for n < len(l.swallow) && l.swallow[n].batch == l.rfqs {
-				n++
-			}
-			ss.forgetSwallowLocked(l, n)
-		case e.kind == 'b':
-		case e.kind == 'i' && e.skip == 0 && typ == 't':
-			st.drop, st.inferred = true, e.parse
-			l.swallow[0].skip = 1 // RowDescription or NoData follows
-		case e.kind == 'i' && e.skip == 1 && (typ == 'T' || typ == 'n'):
-			st.drop = true
-			l.swallow = l.swallow[1:]
-		case e.kind == 'i' && typ == 'E':
-			// The client's Parse just before it failed: the server
-			// skips the Describe. The error is the client's.
-			l.swallow = l.swallow[1:]
-		case e.kind == 'i':
-			// The answer to the client's Parse, or an asynchronous
-			// message: the client's.
-		case e.kind == 'd' && typ == 't':
-			st.drop = true // the rest of the answer follows
-		case e.kind == 'd' && (typ == 'T' || typ == 'n'):
-			st.drop, st.head, st.shape = true, e, true
-			l.swallow = l.swallow[1:]
-		case e.kind == 'Z' && typ == 'A':
-			// Asynchronous: a notification. The client gets it.
-		case e.kind == 'Z':
-			st.drop, st.head = true, e
-			st.endInjected = typ == 'Z'
-		case e.kind == expectExecute && typ == 'A':
-			// Asynchronous: a notification. The client gets it.
-		case e.kind == expectExecute && typ != 'E':
-			st.drop = true // its rows, COPY data, notices
-			if typ == 'C' || typ == 's' || typ == 'I' {
-				l.swallow = l.swallow[1:]
-			}
-		case e.kind == typ:
-			st.drop = true
-			l.swallow = l.swallow[1:]
-			if typ == 'E' {
-				// The proxy failed the batch on purpose (a local
-				// error): the server skips to Sync, so no barrier of
-				// the batch is answered, one written since or later.
-				l.failed = l.rfqs + 1
-				ss.failBarriersLocked(l)
-			}
-		case typ == 'E':
-			// An injected Parse/Close failed: the server now skips the
-			// rest of the batch; its other injections never answer.
-			if e.kind == '1' && e.undo != nil && e.undo.kind == 'R' && e.undo.name == "" {
-				// It was a Parse of the unnamed statement, and it ran:
-				// PostgreSQL released the unnamed statement it held
-				// before parsing the new one, so there is none now,
-				// not the one the record had before.
-				u := *e.undo
-				u.prevServer = ""
-				l.swallow[0].undo = &u
-			}
-			n := 0
-			for n < len(l.swallow) && l.swallow[n].batch == l.rfqs && l.swallow[n].kind != 'Z' {
-				n++
-			}
-			if n < len(l.swallow) && l.swallow[n].batch == l.rfqs {
-				// The injection had a Sync of its own (before a
-				// simple Query): the error and the skip end there,
-				// unseen; the client's Query runs after it.
-				ss.forgetSwallowLocked(l, n)
-				st.drop, st.head = true, l.swallow[0]
-			} else {
-				// In the client's batch: the client sees the error as
-				// its own statement's.
-				ss.forgetSwallowLocked(l, n)
-				l.errInjected = true
-			}
-		}
+		st = ss.swallowStepLocked(l, l.swallow[0], typ)
 	}
+	ss.unsolicitedStepLocked(l, typ, &st)
+	return st
+}
+
+// unsolicitedStepLocked drops what a link sends that no one asked for (st
+// says what the swallow queue decided): anything from a replica, and
+// from the primary a FATAL the session handles itself.
+func (ss *session) unsolicitedStepLocked(l *link, typ byte, st *relayStep) {
 	// Solicited: answers to a Sync or Query still owed, or to messages
 	// of a batch the client ended with Flush alone (unsynced).
 	if unsolicited := !st.drop && l.batches == l.rfqs && !(l == ss.mu.cur && (ss.mu.tx != 'I' || ss.mu.unsynced)); unsolicited &&
@@ -527,7 +449,106 @@ func (ss *session) stepLocked(l *link, typ byte) relayStep {
 			st.drop = true
 		}
 	}
+}
+
+// swallowStepLocked decides a backend message against the head of l's
+// swallow queue (e, of the batch being answered): answers to what the
+// proxy injected are dropped, the client's own pass.
+func (ss *session) swallowStepLocked(l *link, e expect, typ byte) relayStep {
+	var st relayStep
+	switch {
+	case e.kind == 'b' && typ == '3' && e.skip > 0:
+		l.swallow[0].skip-- // the client's own Close answered
+	case e.kind == 'b' && typ == '3':
+		st.drop = true
+		l.swallow = l.swallow[1:]
+		l.barrier = barrierPassed
+		ss.turn.Broadcast()
+	case e.kind == 'b' && typ == 'E':
+		// The batch failed before the barrier: the server skips
+		// to Sync, the barrier is never answered. The client
+		// gets the error.
+		n := 0
+		for n < len(l.swallow) && l.swallow[n].batch == l.rfqs {
+			n++
+		}
+		ss.forgetSwallowLocked(l, n)
+	case e.kind == 'b':
+	case e.kind == 'i' && e.skip == 0 && typ == 't':
+		st.drop, st.inferred = true, e.parse
+		l.swallow[0].skip = 1 // RowDescription or NoData follows
+	case e.kind == 'i' && e.skip == 1 && (typ == 'T' || typ == 'n'):
+		st.drop = true
+		l.swallow = l.swallow[1:]
+	case e.kind == 'i' && typ == 'E':
+		// The client's Parse just before it failed: the server
+		// skips the Describe. The error is the client's.
+		l.swallow = l.swallow[1:]
+	case e.kind == 'i':
+		// The answer to the client's Parse, or an asynchronous
+		// message: the client's.
+	case e.kind == 'd' && typ == 't':
+		st.drop = true // the rest of the answer follows
+	case e.kind == 'd' && (typ == 'T' || typ == 'n'):
+		st.drop, st.head, st.shape = true, e, true
+		l.swallow = l.swallow[1:]
+	case e.kind == 'Z' && typ == 'A':
+		// Asynchronous: a notification. The client gets it.
+	case e.kind == 'Z':
+		st.drop, st.head = true, e
+		st.endInjected = typ == 'Z'
+	case e.kind == expectExecute && typ == 'A':
+		// Asynchronous: a notification. The client gets it.
+	case e.kind == expectExecute && typ != 'E':
+		st.drop = true // its rows, COPY data, notices
+		if typ == 'C' || typ == 's' || typ == 'I' {
+			l.swallow = l.swallow[1:]
+		}
+	case e.kind == typ:
+		st.drop = true
+		l.swallow = l.swallow[1:]
+		if typ == 'E' {
+			// The proxy failed the batch on purpose (a local
+			// error): the server skips to Sync, so no barrier of
+			// the batch is answered, one written since or later.
+			l.failed = l.rfqs + 1
+			ss.failBarriersLocked(l)
+		}
+	case typ == 'E':
+		ss.injectionFailedLocked(l, e, &st)
+	}
 	return st
+}
+
+// injectionFailedLocked handles an ErrorResponse to an injected Parse or
+// Close (e): the server now skips the rest of the batch, so its other
+// injections never answer.
+func (ss *session) injectionFailedLocked(l *link, e expect, st *relayStep) {
+	if e.kind == '1' && e.undo != nil && e.undo.kind == 'R' && e.undo.name == "" {
+		// It was a Parse of the unnamed statement, and it ran:
+		// PostgreSQL released the unnamed statement it held
+		// before parsing the new one, so there is none now,
+		// not the one the record had before.
+		u := *e.undo
+		u.prevServer = ""
+		l.swallow[0].undo = &u
+	}
+	n := 0
+	for n < len(l.swallow) && l.swallow[n].batch == l.rfqs && l.swallow[n].kind != 'Z' {
+		n++
+	}
+	if n < len(l.swallow) && l.swallow[n].batch == l.rfqs {
+		// The injection had a Sync of its own (before a
+		// simple Query): the error and the skip end there,
+		// unseen; the client's Query runs after it.
+		ss.forgetSwallowLocked(l, n)
+		st.drop, st.head = true, l.swallow[0]
+	} else {
+		// In the client's batch: the client sees the error as
+		// its own statement's.
+		ss.forgetSwallowLocked(l, n)
+		l.errInjected = true
+	}
 }
 
 // dropMessage reads and drops the backend message h on l (stepLocked

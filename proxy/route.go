@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -296,11 +297,7 @@ func planUnit(f unitFacts) unitPlan {
 	// The unit's query class and the rollout decide whether a read may
 	// leave the primary at all (SPEC §6).
 	if f.fresh && (u.read || u.txStart || u.class != "") {
-		name := u.class
-		if name == "" {
-			name = f.queryClass
-		}
-		class, err := resolveClass(f.route, name, f.stage, f.rolledBack)
+		class, err := resolveClass(f.route, cmp.Or(u.class, f.queryClass), f.stage, f.rolledBack)
 		if err != nil {
 			p.fail = errorf(codeInvalidParameter, "pg-kinetic: %s", err.Error())
 			p.unit = u
@@ -337,40 +334,9 @@ func planUnit(f unitFacts) unitPlan {
 			toPrimary(reasonReadYourWrites)
 		}
 	}
-	if f.fresh && usesToken(f.route) && !u.staleOK && (!routable || f.positionAsked) {
-		// SPEC §7: the session's last write was lost in a failover. Told
-		// at its next unit that is not stale-ok, a write included: the
-		// session writing again must not hide the loss (docs/behaviour.md).
-		if token, _, lost, sp := freshness.Carry(f.token, f.primaryTimeline, f.primaryHistory); lost {
-			p.fail = lostWriteError(f.token, sp, f.primaryTimeline)
-			p.rejected, p.lost, p.unit = reasonTimelineChanged, &token, u
-			return p
-		}
-		if pr := f.prior; pr.Timeline != 0 {
-			// A token a later primary's position replaced before the
-			// history was known: judged now that it is.
-			if _, known, lost, sp := freshness.Carry(pr, f.primaryTimeline, f.primaryHistory); known {
-				p.priorJudged = true
-				if lost {
-					p.fail = lostWriteError(pr, sp, f.primaryTimeline)
-					p.rejected, p.unsureTold, p.unit = reasonTimelineChanged, true, u
-					return p
-				}
-			}
-		}
-		if us := f.unsure; us.timeline != 0 && f.primaryTimeline > us.timeline {
-			// A write whose position on its timeline was never read:
-			// whether it lies before the switch point is unknown, so the
-			// session is told it may have been lost rather than nothing.
-			detail := fmt.Sprintf("the position of a write on timeline %d was not read before the primary changed; the primary is on timeline %d",
-				us.timeline, f.primaryTimeline)
-			if _, known, _, sp := freshness.Carry(us.after, f.primaryTimeline, f.primaryHistory); known {
-				detail += fmt.Sprintf("; timeline %d ended at %s", us.timeline, sp)
-			}
-			p.fail = withDetail(errorf(codeLostWrite, "pg-kinetic: this session's last write may have been lost in a failover"), detail)
-			p.rejected, p.unsureTold, p.unit = reasonTimelineChanged, true, u
-			return p
-		}
+	if f.fresh && usesToken(f.route) && !u.staleOK && (!routable || f.positionAsked) && planLostWrite(f, &p) {
+		p.unit = u
+		return p
 	}
 	if routable && (u.read || u.txStart) {
 		// Positions of an earlier timeline, provably before its switch
@@ -409,6 +375,45 @@ func planUnit(f unitFacts) unitPlan {
 	}
 	p.unit = u
 	return p
+}
+
+// planLostWrite applies SPEC §7 to a unit that needs the session's token:
+// the session's last write was lost in a failover (or may have been),
+// told at its next unit that is not stale-ok, a write included: the
+// session writing again must not hide the loss (docs/behaviour.md). It
+// reports whether p now fails the unit.
+func planLostWrite(f unitFacts, p *unitPlan) bool {
+	if token, _, lost, sp := freshness.Carry(f.token, f.primaryTimeline, f.primaryHistory); lost {
+		p.fail = lostWriteError(f.token, sp, f.primaryTimeline)
+		p.rejected, p.lost = reasonTimelineChanged, &token
+		return true
+	}
+	if pr := f.prior; pr.Timeline != 0 {
+		// A token a later primary's position replaced before the
+		// history was known: judged now that it is.
+		if _, known, lost, sp := freshness.Carry(pr, f.primaryTimeline, f.primaryHistory); known {
+			p.priorJudged = true
+			if lost {
+				p.fail = lostWriteError(pr, sp, f.primaryTimeline)
+				p.rejected, p.unsureTold = reasonTimelineChanged, true
+				return true
+			}
+		}
+	}
+	if us := f.unsure; us.timeline != 0 && f.primaryTimeline > us.timeline {
+		// A write whose position on its timeline was never read:
+		// whether it lies before the switch point is unknown, so the
+		// session is told it may have been lost rather than nothing.
+		detail := fmt.Sprintf("the position of a write on timeline %d was not read before the primary changed; the primary is on timeline %d",
+			us.timeline, f.primaryTimeline)
+		if _, known, _, sp := freshness.Carry(us.after, f.primaryTimeline, f.primaryHistory); known {
+			detail += fmt.Sprintf("; timeline %d ended at %s", us.timeline, sp)
+		}
+		p.fail = withDetail(errorf(codeLostWrite, "pg-kinetic: this session's last write may have been lost in a failover"), detail)
+		p.rejected, p.unsureTold = reasonTimelineChanged, true
+		return true
+	}
+	return false
 }
 
 // lostWriteError is the KN002 for token tok beyond sp, where its timeline
