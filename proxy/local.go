@@ -89,8 +89,11 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 		ss.mu.Unlock()
 		ss.deferred = d.text
 		return true, ss.sendTag("BEGIN", 'T')
-	case st.Tx == classify.TxEnd && ss.deferred != "" && !st.Chain:
-		// The transaction never reached a server: nothing to commit.
+	case st.Tx == classify.TxEnd && ss.deferred != "" && !st.Chain && st.Effect != classify.EffectPin:
+		// The transaction never reached a server: nothing to commit. (Not
+		// PREPARE TRANSACTION, the TxEnd that pins: even an empty
+		// transaction is prepared, or refused when
+		// max_prepared_transactions is 0, by the primary.)
 		ss.deferred = ""
 		ss.mu.Lock()
 		failed := ss.mu.tx == 'E'

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -796,4 +797,47 @@ func TestSavepointsUndoSessionSettings(t *testing.T) {
 			t.Errorf("last_route = %q, want reason=session_pinned", got)
 		}
 	})
+}
+
+// TestPrepareTransactionReachesThePrimary: PREPARE TRANSACTION after a
+// BEGIN the proxy has not sent yet (a plain BEGIN is deferred until the
+// transaction's first statement) runs on the primary, which refuses it
+// here (max_prepared_transactions = 0: 55000) or prepares even an empty
+// transaction. Before, the proxy answered it itself, as it answers COMMIT
+// of an empty block, with the tag PREPARE and no error (psycopg 3's own
+// test_tpc_disabled failed through kineticd with routing on). Each way of
+// sending it is compared with the same script run directly on the primary.
+func TestPrepareTransactionReachesThePrimary(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	var max int
+	direct := connect(t, ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
+	if err := direct.QueryRow(ctx, "select current_setting('max_prepared_transactions')::int").Scan(&max); err != nil {
+		t.Fatal(err)
+	}
+	if max != 0 {
+		t.Fatalf("max_prepared_transactions = %d on the shared cluster; the test expects 0", max)
+	}
+	through := connect(t, ctx, px.AppDSN())
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		outcome := func(c *pgx.Conn) string {
+			if _, err := c.Exec(ctx, "begin", pgx.QueryExecModeSimpleProtocol); err != nil {
+				t.Fatal(err)
+			}
+			tag, err := c.Exec(ctx, "prepare transaction 'kinetic_tpc'", mode)
+			code := ""
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) {
+				code = pgErr.Code
+			} else if err != nil {
+				t.Fatalf("prepare transaction (%v): %v", mode, err)
+			}
+			return fmt.Sprintf("tag %q, error %q, status %c", tag.String(), code, c.PgConn().TxStatus())
+		}
+		want, got := outcome(direct), outcome(through)
+		if want != got || !strings.Contains(want, "55000") {
+			t.Errorf("BEGIN; PREPARE TRANSACTION (%v): through kineticd %s; directly %s (want 55000)", mode, got, want)
+		}
+	}
 }
