@@ -171,6 +171,9 @@ func (w *jsonWalker) funcCall() bool {
 	if n >= 2 {
 		schema = names[n-2]
 	}
+	if strings.EqualFold(names[n-1], "current_setting") {
+		return false // its argument decides: the full path (walk.go)
+	}
 	fl, unknown := w.c.funcKind(schema, names[n-1])
 	if fl != 0 {
 		return false // a write function: the full path decides (and pins)

@@ -62,6 +62,9 @@ func (c *Classifier) utility(n *pg.Node) Statement {
 	case *pg.Node_VariableSetStmt:
 		return setStatement(s.VariableSetStmt)
 	case *pg.Node_VariableShowStmt:
+		if serverRoleSetting(s.VariableShowStmt.GetName()) {
+			return write() // the session's primary answers (walk.go)
+		}
 		return read()
 	case *pg.Node_ConstraintsSetStmt: // SET CONSTRAINTS: transaction-scoped
 		return read()

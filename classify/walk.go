@@ -81,6 +81,13 @@ func (w *walker) funcCall(f *pg.FuncCall) {
 	if len(names) >= 2 {
 		schema = names[len(names)-2].GetString_().GetSval()
 	}
+	if strings.EqualFold(name, "current_setting") && (schema == "" || strings.EqualFold(schema, "pg_catalog")) {
+		w.constRead = true // its argument decides
+		if names := settingNames(f.GetArgs()); serverRoleSetting(names) {
+			w.write = true
+			return
+		}
+	}
 	fl, unknown := w.c.funcKind(schema, name)
 	switch {
 	case fl != 0:
@@ -116,6 +123,30 @@ func (c *Classifier) funcKind(schema, name string) (fl fnFlags, unknown bool) {
 		return 0, false
 	}
 	return 0, true
+}
+
+// settingNames is current_setting's first argument when it is a string
+// constant; anything else (a parameter, an expression) could name any
+// setting, and reports "?".
+func settingNames(args []*pg.Node) string {
+	if len(args) == 0 {
+		return ""
+	}
+	if a := args[0].GetAConst(); a != nil && a.GetSval() != nil {
+		return a.GetSval().GetSval()
+	}
+	return "?"
+}
+
+// serverRoleSetting reports whether a SHOW or current_setting of name
+// answers what kind of server it runs on rather than what the session set:
+// transaction_read_only is on for every transaction of a hot standby,
+// while the client's session (its primary's) can write. pgJDBC's
+// targetServerType=primary and libpq's target_session_attrs=read-write
+// (before PostgreSQL 14) ask SHOW transaction_read_only to find a primary.
+// A name that is not a constant ("?") may be it.
+func serverRoleSetting(name string) bool {
+	return name == "?" || strings.EqualFold(strings.TrimSpace(name), "transaction_read_only")
 }
 
 // setConfigIsLocal reports whether set_config's is_local argument is a

@@ -841,3 +841,56 @@ func TestPrepareTransactionReachesThePrimary(t *testing.T) {
 		}
 	}
 }
+
+// TestTransactionReadOnlyIsThePrimarys: outside a transaction block, SHOW
+// transaction_read_only and current_setting('transaction_read_only') are
+// answered by the session's primary (off), not by a replica, where every
+// transaction is read only (on): drivers ask it to tell a primary from a
+// standby (pgJDBC's targetServerType=primary, libpq's
+// target_session_attrs=read-write before PostgreSQL 14), and psycopg 3's
+// own test_set_transaction_param_implicit failed through kineticd with
+// routing on. Other reads keep going to a replica, and inside a READ ONLY
+// transaction (on a replica) the answer is that transaction's: on.
+func TestTransactionReadOnlyIsThePrimarys(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	c := connect(t, ctx, px.AppDSN())
+	standbys := cl.StandbyPorts()
+	for _, tc := range []struct {
+		sql  string
+		args []any
+		mode pgx.QueryExecMode
+	}{
+		{"show transaction_read_only", nil, pgx.QueryExecModeSimpleProtocol},
+		{"show transaction_read_only", nil, pgx.QueryExecModeExec},
+		{"select current_setting('transaction_read_only')", nil, pgx.QueryExecModeSimpleProtocol},
+		{"select current_setting('transaction_read_only')", nil, pgx.QueryExecModeCacheStatement},
+		{"select current_setting($1)", []any{"transaction_read_only"}, pgx.QueryExecModeExec},
+	} {
+		var ro string
+		if err := c.QueryRow(ctx, tc.sql, append([]any{tc.mode}, tc.args...)...).Scan(&ro); err != nil {
+			t.Fatalf("%s (%v): %v", tc.sql, tc.mode, err)
+		}
+		if ro != "off" {
+			t.Errorf("%s (%v) through kineticd: %s, want off (the primary's answer); last route %s", tc.sql, tc.mode, ro, lastRoute(t, ctx, c))
+		}
+	}
+	if p := portOf(t, ctx, c, "select inet_server_port() from (select current_setting('work_mem')) s"); !standbys[p] {
+		t.Errorf("a read with current_setting('work_mem') ran on %d, want a standby", p)
+	}
+	if _, err := c.Exec(ctx, "begin read only", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	var ro string
+	var port int
+	if err := c.QueryRow(ctx, "select current_setting('transaction_read_only'), inet_server_port()").Scan(&ro, &port); err != nil {
+		t.Fatal(err)
+	}
+	if ro != "on" {
+		t.Errorf("inside BEGIN READ ONLY: transaction_read_only %s on %d, want on", ro, port)
+	}
+	if _, err := c.Exec(ctx, "commit", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+}
