@@ -164,6 +164,18 @@ type Statement struct {
 	// makes it a write if any is VOLATILE. Writes carry no Funcs, except
 	// EXECUTE (its parameters).
 	Funcs []string
+	// Relations lists the relations a read names (tables, views,
+	// sequences…; not the statement's own CTEs), unqualified as PostgreSQL
+	// folds them, sorted and deduplicated, so the router can look up in
+	// the primary's pg_class whether any is UNLOGGED: a hot standby
+	// cannot read those (0A000), so such a read goes to the primary.
+	// Writes carry none.
+	Relations []string
+	// Unlogs: the statement may change which relations are UNLOGGED
+	// (CREATE UNLOGGED TABLE or SEQUENCE, … AS, SELECT … INTO UNLOGGED,
+	// ALTER … SET UNLOGGED or SET LOGGED): what the router knows of
+	// unlogged relations may be out of date once it ran.
+	Unlogs bool
 }
 
 // Setting is one session setting (EffectSet).
@@ -180,6 +192,7 @@ type Decision struct {
 	Kind       Kind        // KindRead only when every statement is a read
 	Reason     string      // ReasonRead, ReasonWrite or ReasonUnclassified
 	Funcs      []string    // union of the statements' Funcs when Kind is KindRead; else nil
+	Relations  []string    // union of the statements' Relations when Kind is KindRead; else nil
 	// Control is true when some statement has a Tx or an Effect: the
 	// router must walk Statements. When false, Kind and Funcs say all.
 	Control bool
@@ -348,20 +361,21 @@ func (c *Classifier) decide(sql string) (d Decision, shared bool) {
 func (c *Classifier) decideText(sql string) (d Decision, shared, ok bool) {
 	d = Decision{Kind: KindRead, Reason: ReasonRead}
 	if !c.noFastPath {
-		funcs, ok, err := c.fastSelects(sql)
+		stmts, ok, err := c.fastSelects(sql)
 		if err != nil {
 			return d, false, false
 		}
 		if ok {
-			if len(funcs) > 0 {
-				d.Statements = make([]Statement, len(funcs))
+			if len(stmts) > 0 {
+				d.Statements = make([]Statement, len(stmts))
 			}
-			var all []string
-			for i, f := range funcs {
-				d.Statements[i] = Statement{Kind: KindRead, Reason: ReasonRead, Funcs: f}
-				all = append(all, f...)
+			var all, rels []string
+			for i, f := range stmts {
+				d.Statements[i] = Statement{Kind: KindRead, Reason: ReasonRead, Funcs: f.funcs, Relations: f.rels}
+				all = append(all, f.funcs...)
+				rels = append(rels, f.rels...)
 			}
-			d.Funcs = sortedUnique(all)
+			d.Funcs, d.Relations = sortedUnique(all), sortedUnique(rels)
 			// Only SELECTs calling no write function: no rule read a
 			// constant.
 			return d, true, true
@@ -375,10 +389,11 @@ func (c *Classifier) decideText(sql string) (d Decision, shared, ok bool) {
 		return d, false, true // empty or only comments: the server answers EmptyQueryResponse
 	}
 	d.Statements = make([]Statement, 0, len(tree.Stmts))
-	var funcs []string
+	var funcs, rels []string
 	shared = true
 	for _, raw := range tree.Stmts {
 		st, sh := c.statementShared(raw.GetStmt())
+		st.Unlogs = st.Kind == KindWrite && unlogs(raw.GetStmt())
 		shared = shared && sh
 		if st.Kind == KindWrite {
 			d.Kind, d.Reason = KindWrite, ReasonWrite
@@ -387,10 +402,11 @@ func (c *Classifier) decideText(sql string) (d Decision, shared, ok bool) {
 			d.Control = true
 		}
 		funcs = append(funcs, st.Funcs...)
+		rels = append(rels, st.Relations...)
 		d.Statements = append(d.Statements, st)
 	}
 	if d.Kind == KindRead {
-		d.Funcs = sortedUnique(funcs)
+		d.Funcs, d.Relations = sortedUnique(funcs), sortedUnique(rels)
 	}
 	return d, shared, true
 }

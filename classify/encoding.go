@@ -69,6 +69,7 @@ func unescapeInvalidUTF8(s string) string {
 // parse tree. Hints come from the original text and need nothing.
 func unescapeDecision(d *Decision) {
 	unescapeAll(d.Funcs)
+	unescapeAll(d.Relations)
 	for i := range d.Statements {
 		unescapeStatement(&d.Statements[i])
 	}
@@ -83,6 +84,7 @@ func unescapeStatement(st *Statement) {
 	}
 	st.PrepareName = unescapeInvalidUTF8(st.PrepareName)
 	unescapeAll(st.Funcs)
+	unescapeAll(st.Relations)
 	if st.Inner != nil {
 		unescapeStatement(st.Inner)
 	}

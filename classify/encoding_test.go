@@ -14,9 +14,9 @@ func TestNonUTF8Texts(t *testing.T) {
 		sql  string
 		want Decision
 	}{
-		{"SELECT caf\xe9(1) FROM t WHERE n = 'r\xe9sum\xe9'", Decision{
-			Kind: KindRead, Reason: ReasonRead, Funcs: []string{"caf\xe9"},
-			Statements: []Statement{{Kind: KindRead, Reason: ReasonRead, Funcs: []string{"caf\xe9"}}},
+		{"SELECT caf\xe9(1) FROM t\xe9 WHERE n = 'r\xe9sum\xe9'", Decision{
+			Kind: KindRead, Reason: ReasonRead, Funcs: []string{"caf\xe9"}, Relations: []string{"t\xe9"},
+			Statements: []Statement{{Kind: KindRead, Reason: ReasonRead, Funcs: []string{"caf\xe9"}, Relations: []string{"t\xe9"}}},
 		}},
 		{"SET application_name = 'caf\xe9'", Decision{
 			Kind: KindRead, Reason: ReasonRead, Control: true,

@@ -29,17 +29,23 @@ var fastDeclined = toSet(
 // take the full path.
 const fastMaxDepth = 1000
 
+// fastStatement is what the fast path reports of one SELECT: its unknown
+// functions and the relations it names (Statement.Funcs, .Relations).
+type fastStatement struct {
+	funcs, rels []string
+}
+
 // fastSelects parses sql. A parse error is returned as err. Otherwise ok
 // reports whether the fast path answered, with each statement's unknown
-// functions (sorted, deduplicated) in funcs.
-func (c *Classifier) fastSelects(sql string) (funcs [][]string, ok bool, err error) {
+// functions and relations (sorted, deduplicated).
+func (c *Classifier) fastSelects(sql string) (stmts []fastStatement, ok bool, err error) {
 	j, err := pg.ParseToJSON(sql)
 	if err != nil {
 		return nil, false, err
 	}
 	w := jsonWalker{s: j, c: c}
-	funcs, ok = w.top()
-	return funcs, ok && w.i == len(w.s), nil
+	stmts, ok = w.top()
+	return stmts, ok && w.i == len(w.s), nil
 }
 
 // jsonWalker reads pg_query's JSON parse tree. Any failure (unexpected
@@ -50,11 +56,13 @@ type jsonWalker struct {
 	depth int
 	c     *Classifier
 	funcs []string // of the statement being walked
+	rels  []string // relnames of its RangeVars
+	ctes  []string // its CTE names
 }
 
 // top reads {"version":N,"stmts":[{"stmt":{"SelectStmt":{…}},…},…]}.
-func (w *jsonWalker) top() ([][]string, bool) {
-	var out [][]string
+func (w *jsonWalker) top() ([]fastStatement, bool) {
+	var out []fastStatement
 	ok := w.object(func(key string) bool {
 		switch key {
 		case "version":
@@ -65,13 +73,13 @@ func (w *jsonWalker) top() ([][]string, bool) {
 					if key != "stmt" {
 						return w.value() // stmt_location, stmt_len
 					}
-					w.funcs = nil
+					w.funcs, w.rels, w.ctes = nil, nil, nil
 					if !w.object(func(key string) bool {
 						return key == "SelectStmt" && w.value()
 					}) {
 						return false
 					}
-					out = append(out, sortedUnique(w.funcs))
+					out = append(out, fastStatement{funcs: sortedUnique(w.funcs), rels: relationsLess(w.rels, w.ctes)})
 					return true
 				})
 			})
@@ -135,6 +143,19 @@ func (w *jsonWalker) member(key string) bool {
 	case "relpersistence":
 		v, ok := w.str()
 		return ok && v != "t" // a TEMP relation: the full path pins
+	case "RangeVar":
+		return w.object(func(key string) bool {
+			if key != "relname" {
+				return w.member(key)
+			}
+			v, ok := w.str()
+			w.rels = append(w.rels, strings.Clone(v))
+			return ok
+		})
+	case "ctename":
+		v, ok := w.str()
+		w.ctes = append(w.ctes, strings.Clone(v))
+		return ok
 	}
 	return w.value()
 }

@@ -80,7 +80,7 @@ func (c *Classifier) utility(n *pg.Node) Statement {
 		inner := c.statement(s.PrepareStmt.GetQuery())
 		return Statement{
 			Kind: inner.Kind, Reason: inner.Reason, Effect: EffectPrepare,
-			PrepareName: s.PrepareStmt.GetName(), Inner: &inner, Funcs: inner.Funcs,
+			PrepareName: s.PrepareStmt.GetName(), Inner: &inner, Funcs: inner.Funcs, Relations: inner.Relations,
 		}
 	case *pg.Node_ExecuteStmt:
 		return c.execute(s.ExecuteStmt)
@@ -175,7 +175,7 @@ func (c *Classifier) query(sel *pg.SelectStmt) (st Statement, shared bool) {
 		}
 	}
 	if st.Kind == KindRead {
-		st.Funcs = sortedUnique(w.funcs)
+		st.Funcs, st.Relations = sortedUnique(w.funcs), w.relations()
 	}
 	return st, !w.constRead
 }

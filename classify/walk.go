@@ -1,6 +1,7 @@
 package classify
 
 import (
+	"slices"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -21,6 +22,8 @@ type walker struct {
 	dml     bool // INSERT/UPDATE/DELETE/MERGE (below a SELECT: a data-modifying CTE)
 	into    bool // SELECT … INTO
 	funcs   []string
+	rels    []string // relation names (RangeVar), for Statement.Relations
+	ctes    []string // the statement's CTE names, which rels may name too
 
 	// constRead: a rule read a constant's value (set_config's is_local),
 	// so the classification does not hold for every text of the same
@@ -47,7 +50,10 @@ func (w *walker) walk(m protoreflect.Message) {
 		if n.GetRelpersistence() == "t" {
 			w.temp = true
 		}
+		w.rels = append(w.rels, n.GetRelname())
 		return
+	case *pg.CommonTableExpr:
+		w.ctes = append(w.ctes, n.GetCtename())
 	case *pg.String, *pg.Integer, *pg.Float, *pg.Boolean, *pg.BitString, *pg.A_Const,
 		*pg.ColumnRef, *pg.ParamRef, *pg.A_Star, *pg.TypeName:
 		return // leaves: nothing below them matters
@@ -68,6 +74,62 @@ func (w *walker) field(fd protoreflect.FieldDescriptor, v protoreflect.Value) bo
 	}
 	w.walk(v.Message())
 	return true
+}
+
+// unlogs reports whether a statement may change which relations are
+// UNLOGGED (Statement.Unlogs): a relation it names as UNLOGGED, or ALTER …
+// SET UNLOGGED or SET LOGGED.
+func unlogs(n *pg.Node) bool {
+	found := false
+	var visit func(m protoreflect.Message)
+	visit = func(m protoreflect.Message) {
+		if found || !m.IsValid() {
+			return
+		}
+		switch x := m.Interface().(type) {
+		case *pg.RangeVar:
+			found = x.GetRelpersistence() == "u"
+			return
+		case *pg.AlterTableCmd:
+			if t := x.GetSubtype(); t == pg.AlterTableType_AT_SetUnLogged || t == pg.AlterTableType_AT_SetLogged {
+				found = true
+				return
+			}
+		}
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			switch {
+			case fd.Kind() != protoreflect.MessageKind || fd.IsMap():
+			case fd.IsList():
+				for i, l := 0, v.List(); i < l.Len(); i++ {
+					visit(l.Get(i).Message())
+				}
+			default:
+				visit(v.Message())
+			}
+			return !found
+		})
+	}
+	visit(n.ProtoReflect())
+	return found
+}
+
+// relations is Statement.Relations: the relations named, less the names
+// of the statement's CTEs (a reference to one is not a relation; a
+// relation of the same name elsewhere in the statement is missed, at
+// worst a read the replica refuses).
+func (w *walker) relations() []string {
+	return relationsLess(w.rels, w.ctes)
+}
+
+// relationsLess is rels less ctes, sorted and deduplicated.
+func relationsLess(rels, ctes []string) []string {
+	out := rels[:0:0]
+	for _, r := range rels {
+		if r != "" && !slices.Contains(ctes, r) {
+			out = append(out, r)
+		}
+	}
+	return sortedUnique(out)
 }
 
 // funcCall sorts one called function into write, safe or unknown.

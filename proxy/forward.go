@@ -2124,6 +2124,9 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 		if st.CopyIn {
 			u.copyIn = true
 		}
+		if st.Unlogs {
+			ss.srv.forgetUnlogged(ss)
+		}
 		switch st.Tx {
 		case classify.TxBeginReadOnly:
 			if first && i == 0 {
@@ -2151,6 +2154,11 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 		}
 	}
 	if read && len(d.Funcs) > 0 && ss.routingMode() != config.RoutingOff && ss.srv.anyVolatile(ss, d.Funcs) {
+		read, reason = false, reasonWrite
+	}
+	if read && len(d.Relations) > 0 && ss.routingMode() != config.RoutingOff && ss.srv.anyUnlogged(ss, d.Relations) {
+		// A hot standby cannot read an UNLOGGED relation (0A000): the
+		// primary serves the read, as it serves a write.
 		read, reason = false, reasonWrite
 	}
 	if !read && u.read {

@@ -805,6 +805,12 @@ func (ss *session) retryableAnswer(l *link, h wire.Header, body []byte) (_ []byt
 			ss.linkFailed(l, errors.New(errorText(body)), false)
 			return body, true, errServerGone
 		}
+		if bytes.Contains(body, []byte(unloggedOnStandby)) {
+			// A relation made UNLOGGED where the proxy did not see it
+			// (another client of the primary): the next read of it looks
+			// it up again, and goes to the primary.
+			ss.srv.forgetUnlogged(ss)
+		}
 		body = ss.rewriteError(l, body)
 		h.Len = len(body)
 		// The held ParseCompletes confirm their Parses first: only

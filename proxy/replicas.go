@@ -48,9 +48,13 @@ type routeRuntime struct {
 	// fallbacks counts reads fallen back to the primary and still
 	// running (max_primary_fallback_inflight); decisions counts route
 	// decisions by class and target (SHOW ROUTES, SHOW STATS).
-	fallbacks  *atomic.Int64
-	decisions  *sync.Map // class + "\x00" + target -> *atomic.Uint64
-	volatility *volatility
+	fallbacks *atomic.Int64
+	decisions *sync.Map // class + "\x00" + target -> *atomic.Uint64
+	// volatility and unlogged are what the router asks the primary's
+	// catalog about the names a read uses: whether a function of that
+	// name is VOLATILE, whether a relation of that name is UNLOGGED.
+	volatility *catalogFacts
+	unlogged   *catalogFacts
 }
 
 // route is the runtime of the route named name, nil if none (or no
@@ -101,8 +105,9 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string), p
 	r.stopReaders = stop
 	for i := range cfg.Routes {
 		rt := &cfg.Routes[i]
-		run := &routeRuntime{fallbacks: new(atomic.Int64), decisions: new(sync.Map), volatility: new(volatility),
-			replays: map[string]*freshness.Reader{}}
+		run := &routeRuntime{fallbacks: new(atomic.Int64), decisions: new(sync.Map), replays: map[string]*freshness.Reader{},
+			volatility: &catalogFacts{sql: volatilitySQL, what: "function volatility"},
+			unlogged:   &catalogFacts{sql: unloggedSQL, what: "unlogged relations"}}
 		if old := prev.route(rt.Name); old != nil {
 			run.fallbacks, run.decisions = old.fallbacks, old.decisions
 		}
@@ -191,6 +196,7 @@ func (r *routing) close() {
 			run.checker.Close()
 		}
 		run.volatility.close()
+		run.unlogged.close()
 	}
 	for _, p := range r.probers {
 		p.Close()
@@ -389,21 +395,26 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 	return l, nil
 }
 
-// volatility caches, per function name, whether any function of that name
-// is VOLATILE in the route's primary's catalog (routeRuntime). Each name is
-// looked up once (on a connection of its own, logged in like the route's
-// sessions: pool.Dialer), even when many sessions miss it at once: the
+// catalogFacts caches a yes or no per name from the route's primary's
+// catalog (routeRuntime): for volatility, whether any function of that
+// name is VOLATILE; for unlogged, whether any relation of that name is
+// UNLOGGED. Yes sends the read to the primary. Each name is looked up
+// once (on a connection of its own, logged in like the route's sessions:
+// pool.Dialer), even when many sessions miss it at once: the
 // names missing from the cache are batched, one lookup at a time per
 // route, and a session waits for the lookup that answers its names. A
 // reload starts a new cache. mu guards the fields and is never held across
-// a dial or a query: the one lookup running (volatility.run) takes the
+// a dial or a query: the one lookup running (catalogFacts.run) takes the
 // connection out and puts it back when done.
-type volatility struct {
-	mu      sync.Mutex
-	known   map[string]bool     // name -> volatile
+type catalogFacts struct {
+	sql  string // the lookup: a format taking the names as a text[] literal
+	what string // what it looks up, for the log
+
+	mu      sync.RWMutex // read-locked to answer from known alone (every routed read asks)
+	known   map[string]bool     // name -> yes (volatile, unlogged)
 	waiting map[string]*volCall // a name being looked up, or queued -> the lookup that answers it
 	next    *volCall            // names queued for the lookup after the running one
-	running bool                // a lookup (volatility.run) is under way
+	running bool                // a lookup (catalogFacts.run) is under way
 	catalog *pool.Conn          // idle connection, made on first use (nil while a lookup has it)
 	closed  bool                // the runtime was replaced: a lookup ending keeps nothing
 }
@@ -419,7 +430,7 @@ type volCall struct {
 
 // close forgets every answer and closes the catalog connection (a lookup
 // running meanwhile closes its own when it ends).
-func (v *volatility) close() {
+func (v *catalogFacts) close() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.catalog != nil {
@@ -435,8 +446,16 @@ func (v *volatility) close() {
 // none exists.
 const volatilitySQL = "select n, coalesce(bool_or(p.provolatile = 'v'), true) from unnest(%s::text[]) n left join pg_catalog.pg_proc p on p.proname = n group by n"
 
+// unloggedSQL looks up relation names in pg_class: one row per name, true
+// when a relation of that name in any schema is UNLOGGED (a hot standby
+// refuses to read it: 0A000), false when none is or none exists. The
+// schema is not looked at: the session's search_path is not the lookup
+// connection's, so a name unlogged anywhere counts (pgpool-II's
+// check_unlogged_table asks the catalog the same question).
+const unloggedSQL = "select n, coalesce(bool_or(c.relpersistence = 'u'), false) from unnest(%s::text[]) n left join pg_catalog.pg_class c on c.relname = n group by n"
+
 // anyVolatile reports whether any of funcs is VOLATILE on the session's
-// primary (volatility.any), looking missing names up in its catalog.
+// primary (catalogFacts.any), looking missing names up in its catalog.
 func (s *Server) anyVolatile(ss *session, funcs []string) bool {
 	run := ss.runtime()
 	if run == nil {
@@ -446,17 +465,54 @@ func (s *Server) anyVolatile(ss *session, funcs []string) bool {
 	return v.any(funcs, func(names []string) (map[string]bool, error) { return s.lookupNames(ss, v, names) })
 }
 
-// any reports whether any of funcs is volatile. A name missing from the
+// anyUnlogged reports whether any of rels is an UNLOGGED relation on the
+// session's primary (catalogFacts.any), looking missing names up in its
+// catalog.
+func (s *Server) anyUnlogged(ss *session, rels []string) bool {
+	run := ss.runtime()
+	if run == nil {
+		return true
+	}
+	v := run.unlogged
+	return v.any(rels, func(names []string) (map[string]bool, error) { return s.lookupNames(ss, v, names) })
+}
+
+// unloggedOnStandby is PostgreSQL's message (in English) for a read of an
+// unlogged relation on a hot standby.
+const unloggedOnStandby = "cannot access temporary or unlogged relations during recovery"
+
+// forgetUnlogged drops what the session's route knows of unlogged
+// relations: the session is about to run a statement that may make one.
+func (s *Server) forgetUnlogged(ss *session) {
+	if run := ss.runtime(); run != nil {
+		run.unlogged.forget()
+	}
+}
+
+// forget drops every cached answer: the catalog may have changed (a
+// relation made or turned UNLOGGED through the proxy). Lookups under way
+// keep theirs.
+func (v *catalogFacts) forget() {
+	v.mu.Lock()
+	clear(v.known)
+	v.mu.Unlock()
+}
+
+// any reports whether the answer for any of funcs is yes (volatile, or
+// unlogged). A name missing from the
 // cache joins the lookup that already answers it, or the next one; one
 // lookup runs at a time (lookup, with every name queued for it), and the
 // caller waits for the lookups of its names. An unknown answer counts as
 // volatile (the unit goes to the primary): a failed lookup, or a name the
 // answer lacks. Answers are cached until the runtime is replaced (close);
 // failures are not.
-func (v *volatility) any(funcs []string, lookup func(names []string) (map[string]bool, error)) bool {
+func (v *catalogFacts) any(funcs []string, lookup func(names []string) (map[string]bool, error)) bool {
 	type pending struct {
 		name string
 		call *volCall
+	}
+	if yes, known := v.cached(funcs); known {
+		return yes
 	}
 	var wait []pending
 	v.mu.Lock()
@@ -501,9 +557,24 @@ func (v *volatility) any(funcs []string, lookup func(names []string) (map[string
 	return vol
 }
 
+// cached answers any from the cache alone: known is false when a name is
+// missing from it.
+func (v *catalogFacts) cached(names []string) (yes, known bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	for _, n := range names {
+		y, ok := v.known[n]
+		if !ok {
+			return false, false
+		}
+		yes = yes || y
+	}
+	return yes, true
+}
+
 // run looks up c's names, then the names queued meanwhile, until none
 // are, one lookup at a time.
-func (v *volatility) run(c *volCall, lookup func(names []string) (map[string]bool, error)) {
+func (v *catalogFacts) run(c *volCall, lookup func(names []string) (map[string]bool, error)) {
 	for c != nil {
 		got, err := lookup(c.names)
 		v.mu.Lock()
@@ -536,9 +607,9 @@ func (v *volatility) run(c *volCall, lookup func(names []string) (map[string]boo
 var errCatalogClosed = errors.New("the route's runtime was replaced")
 
 // lookupNames looks names up on the route's catalog connection, never
-// holding v.mu across the dial or the query. Only volatility.run calls
+// holding v.mu across the dial or the query. Only catalogFacts.run calls
 // it, so one lookup at a time per route uses the connection.
-func (s *Server) lookupNames(ss *session, v *volatility, names []string) (map[string]bool, error) {
+func (s *Server) lookupNames(ss *session, v *catalogFacts, names []string) (map[string]bool, error) {
 	v.mu.Lock()
 	if v.closed {
 		v.mu.Unlock()
@@ -548,7 +619,7 @@ func (s *Server) lookupNames(ss *session, v *volatility, names []string) (map[st
 	v.catalog = nil
 	v.mu.Unlock()
 
-	rows, conn, err := s.lookupVolatility(ss, conn, names)
+	rows, conn, err := s.lookupCatalog(ss, conn, fmt.Sprintf(v.sql, pool.QuoteLiteral(pgTextArray(names))))
 
 	v.mu.Lock()
 	if conn != nil {
@@ -560,13 +631,13 @@ func (s *Server) lookupNames(ss *session, v *volatility, names []string) (map[st
 	}
 	v.mu.Unlock()
 	if err != nil {
-		ss.log.Warn("function volatility lookup failed; treating as volatile", zap.Error(err))
+		ss.log.Warn("catalog lookup failed; the read goes to the primary", zap.String("of", v.what), zap.Error(err))
 		return nil, err
 	}
 	got := make(map[string]bool, len(rows))
 	for _, row := range rows {
 		if len(row) != 2 || row[0] == nil {
-			ss.log.Warn("function volatility lookup: unexpected row; treating as volatile", zap.Int("columns", len(row)))
+			ss.log.Warn("catalog lookup: unexpected row; the read goes to the primary", zap.String("of", v.what), zap.Int("columns", len(row)))
 			return nil, errors.New("unexpected row")
 		}
 		got[string(row[0])] = string(row[1]) == "t"
@@ -574,10 +645,9 @@ func (s *Server) lookupNames(ss *session, v *volatility, names []string) (map[st
 	return got, nil
 }
 
-// lookupVolatility runs volatilitySQL for names on conn (dialled when nil
-// or broken). It returns the connection to keep, nil if none.
-func (s *Server) lookupVolatility(ss *session, conn *pool.Conn, names []string) ([][][]byte, *pool.Conn, error) {
-	sql := fmt.Sprintf(volatilitySQL, pool.QuoteLiteral(pgTextArray(names)))
+// lookupCatalog runs a catalogFacts query on conn (dialled when nil or
+// broken). It returns the connection to keep, nil if none.
+func (s *Server) lookupCatalog(ss *session, conn *pool.Conn, sql string) ([][][]byte, *pool.Conn, error) {
 	var rows [][][]byte
 	var err error
 	// A connection kept from an earlier lookup may have been closed by the
@@ -608,7 +678,7 @@ func (s *Server) lookupVolatility(ss *session, conn *pool.Conn, names []string) 
 	return rows, conn, err
 }
 
-// dialCatalog opens the connection volatility lookups run on, logged in as
+// dialCatalog opens the connection catalog lookups run on, logged in as
 // a session of the route would be (pool.Dialer: PostgreSQL's own SASLprep
 // for SCRAM passwords, raw bytes for md5), on rt's configured primary,
 // through its dial gate (gatedDial).

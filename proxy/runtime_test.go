@@ -17,7 +17,7 @@ import (
 // once share one lookup and its answer; answers are cached; a failed
 // lookup counts as volatile and is not cached.
 func TestVolatilityLooksUpOnce(t *testing.T) {
-	var v volatility
+	var v catalogFacts
 	var calls atomic.Int64
 	release := make(chan struct{})
 	lookup := func(names []string) (map[string]bool, error) {
@@ -115,7 +115,7 @@ func TestRoutingCarriesCountsAcrossReload(t *testing.T) {
 // the names queued meanwhile together), and every caller gets the answer
 // for its names, none refused as busy.
 func TestVolatilityNamesOnceAcrossSets(t *testing.T) {
-	var v volatility
+	var v catalogFacts
 	var mu sync.Mutex
 	seen := map[string]int{}
 	lookups := 0
@@ -166,5 +166,33 @@ func TestVolatilityNamesOnceAcrossSets(t *testing.T) {
 	}
 	if lookups != 2 {
 		t.Errorf("%d lookups, want 2 (the first caller's, then every name queued meanwhile)", lookups)
+	}
+}
+
+// TestCatalogFactsForget: answers are served from the cache until forget
+// drops them (a statement that may change which relations are unlogged);
+// the next miss looks the name up again.
+func TestCatalogFactsForget(t *testing.T) {
+	v := catalogFacts{sql: unloggedSQL, what: "unlogged relations"}
+	var calls atomic.Int64
+	unlogged := false
+	lookup := func(names []string) (map[string]bool, error) {
+		calls.Add(1)
+		got := map[string]bool{}
+		for _, n := range names {
+			got[n] = n == "t" && unlogged
+		}
+		return got, nil
+	}
+	if v.any([]string{"t", "u"}, lookup) || v.any([]string{"u", "t"}, lookup) || calls.Load() != 1 {
+		t.Fatalf("t and u logged: want no, looked up once; lookups %d", calls.Load())
+	}
+	unlogged = true
+	if v.any([]string{"t"}, lookup) {
+		t.Fatal("before forget: the cached answer (logged) should stand")
+	}
+	v.forget()
+	if !v.any([]string{"t"}, lookup) || calls.Load() != 2 {
+		t.Fatalf("after forget: want t unlogged from a second lookup; lookups %d", calls.Load())
 	}
 }

@@ -894,3 +894,80 @@ func TestTransactionReadOnlyIsThePrimarys(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestUnloggedTablesReadOnThePrimary: a hot standby cannot read an
+// UNLOGGED relation (0A000 "cannot access temporary or unlogged relations
+// during recovery"), so a read naming one goes to the primary, as
+// pgpool-II's check_unlogged_table does; reads of logged tables keep
+// going to replicas. psycopg 3's own test_concurrency and
+// test_pipeline_communicate_abort failed through kineticd on it. The
+// proxy learns of a table turned unlogged through it at once (ALTER …
+// SET UNLOGGED), and of one turned unlogged behind its back (directly on
+// the primary) from the standby's refusal: that read fails, the next one
+// goes to the primary.
+func TestUnloggedTablesReadOnThePrimary(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})
+	c := connect(t, ctx, px.AppDSN())
+	standbys := cl.StandbyPorts()
+	for _, sql := range []string{
+		"drop table if exists unlogged_r, logged_r, turned_r, behind_r",
+		"create unlogged table unlogged_r (x int)",
+		"create table logged_r (x int)",
+		"create table turned_r (x int)",
+		"create table behind_r (x int)",
+		"insert into unlogged_r values (1)",
+		"insert into logged_r values (2)",
+		"insert into turned_r values (3)",
+		"insert into behind_r values (4)",
+	} {
+		if _, err := c.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	where := func(table string, mode pgx.QueryExecMode) (int, error) {
+		var x, port int
+		err := c.QueryRow(ctx, "select x, inet_server_port() from "+table, mode).Scan(&x, &port)
+		return port, err
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+		if p, err := where("unlogged_r", mode); err != nil || p != cl.Primary.Port {
+			t.Errorf("read of an unlogged table (%v): on %d, %v; want the primary %d", mode, p, err, cl.Primary.Port)
+		}
+		if p, err := where("logged_r", mode); err != nil || !standbys[p] {
+			t.Errorf("read of a logged table (%v): on %d, %v; want a standby", mode, p, err)
+		}
+	}
+	// Cached as logged, then turned unlogged through the proxy.
+	if p, err := where("turned_r", pgx.QueryExecModeSimpleProtocol); err != nil || !standbys[p] {
+		t.Fatalf("turned_r while logged: on %d, %v; want a standby", p, err)
+	}
+	if _, err := c.Exec(ctx, "alter table turned_r set unlogged"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := where("turned_r", pgx.QueryExecModeSimpleProtocol); err != nil || p != cl.Primary.Port {
+		t.Errorf("turned_r after SET UNLOGGED: on %d, %v; want the primary %d", p, err, cl.Primary.Port)
+	}
+	// Cached as logged, then turned unlogged directly on the primary.
+	if p, err := where("behind_r", pgx.QueryExecModeSimpleProtocol); err != nil || !standbys[p] {
+		t.Fatalf("behind_r while logged: on %d, %v; want a standby", p, err)
+	}
+	direct := connect(t, ctx, cl.Primary.DSN(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB))
+	if _, err := direct.Exec(ctx, "alter table behind_r set unlogged"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitReplicated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The session's next read reaches a standby (the proxy did not see the
+	// change), which refuses it with its own error; the one after goes to
+	// the primary.
+	var pgErr *pgconn.PgError
+	if p, err := where("behind_r", pgx.QueryExecModeSimpleProtocol); !errors.As(err, &pgErr) || pgErr.Code != "0A000" {
+		t.Errorf("behind_r after SET UNLOGGED on the primary: on %d, %v; want the standby's 0A000", p, err)
+	}
+	if p, err := where("behind_r", pgx.QueryExecModeSimpleProtocol); err != nil || p != cl.Primary.Port {
+		t.Errorf("behind_r after the standby's refusal: on %d, %v; want the primary %d", p, err, cl.Primary.Port)
+	}
+}
