@@ -410,7 +410,7 @@ type catalogFacts struct {
 	sql  string // the lookup: a format taking the names as a text[] literal
 	what string // what it looks up, for the log
 
-	mu      sync.RWMutex // read-locked to answer from known alone (every routed read asks)
+	mu      sync.RWMutex        // read-locked to answer from known alone (every routed read asks)
 	known   map[string]bool     // name -> yes (volatile, unlogged)
 	waiting map[string]*volCall // a name being looked up, or queued -> the lookup that answers it
 	next    *volCall            // names queued for the lookup after the running one
