@@ -188,6 +188,16 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 		if err := b.read(ss.r, h); err != nil {
 			return false, errClientGone{err}
 		}
+		if h.Type == 'H' && len(b.msgs) == 1 {
+			// A Flush with nothing before it since the last Sync (libpq's
+			// pipeline mode ends a pipeline with Sync, Flush): every
+			// answer owed is already on its way, so it asks the server
+			// for nothing. It is not a unit; routed as one it would open
+			// on some server, and the next statement would follow it
+			// there unclassified.
+			b.reset()
+			continue
+		}
 		if h.Type != 'S' && h.Type != 'H' && h.Type != 'Q' && h.Type != 'F' && ss.r.Buffered() == 0 && ss.serverFixed() &&
 			ss.localPlan(&b) == nil {
 			// The client paused inside a batch whose server is already

@@ -138,7 +138,8 @@
 //     i's seed is derived from it (seedOf);
 //   - KINETIC_DIFF_WORKERS: parallel sessions (default 4);
 //   - KINETIC_DIFF_MODES: a comma-separated subset of the modes;
-//   - KINETIC_DIFF_FEATURES: "-flush,-kinetic" (off), "only:simple,tx";
+//   - KINETIC_DIFF_FEATURES: "-flush,-kinetic" (off), "only:simple,tx",
+//     "+flushsync" (an opt-in feature, OptInFeatures);
 //   - KINETIC_DIFF_ONLY: "SEED [keep=..] [twice]; ...": just these;
 //   - KINETIC_DIFF_MINIMIZE=1: shrink one sequence per class (delta
 //     debugging over units) and print it as a regressions.txt line;

@@ -1045,3 +1045,37 @@ func TestStatementResultChangedElsewhere(t *testing.T) {
 		}
 	})
 }
+
+// TestFlushAfterSyncIsNotAUnit: libpq's pipeline mode ends a pipeline with
+// Sync and then Flush (psycopg 3's conn.pipeline() does). A Flush with
+// nothing before it since the Sync asks the server for nothing: it is not
+// a unit. Before the fix the proxy routed it as an open unit (a read, so
+// to a replica) and the client's next statement followed it there
+// unclassified: a simple-protocol INSERT failed with 25006 on the
+// standby, and a read skipped the rules (psycopg 3's own
+// test_pipeline_communicate_abort and test_concurrency failed on it). The
+// statements after the Flush must run where a lone statement would: the
+// write on the primary, proven by inet_server_port().
+func TestFlushAfterSyncIsNotAUnit(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	for _, pm := range []string{"session", "transaction"} {
+		t.Run(pm, func(t *testing.T) {
+			px := routedProxy(t, cl, kinetictest.Params{PoolMode: pm})
+			setup := connect(t, ctx, px.AppDSN())
+			if _, err := setup.Exec(ctx, "create table if not exists flush_after_sync (x int)"); err != nil {
+				t.Fatal(err)
+			}
+			rc := rawConnect(t, ctx, px.AppDSN())
+			defer rc.close()
+			primary := fmt.Sprint(cl.Primary.Port)
+			for i := 0; i < 3; i++ {
+				rc.send(&pgproto3.Parse{Query: "select 1::text"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+					&pgproto3.Sync{}, &pgproto3.Flush{})
+				rc.want(5, "ParseComplete BindComplete D:1 C:SELECT 1 Z:I")
+				rc.send(&pgproto3.Query{String: "insert into flush_after_sync values (1) returning inet_server_port()::text"})
+				rc.want(4, "RowDescription D:"+primary+" C:INSERT 0 1 Z:I")
+			}
+		})
+	}
+}
