@@ -1886,6 +1886,7 @@ func (ss *session) unitFacts(u unitInfo) (unitFacts, health.Verdict) {
 		f.token, f.prior = ss.mu.fresh.token, ss.mu.fresh.prior
 	}
 	f.unsure = ss.mu.fresh.unsure
+	f.serializable = serializableByDefault(ss.mu.startup, ss.mu.session)
 	ss.mu.Unlock()
 	f.stage, f.rolledBack = ss.srv.rollout.get(ss.route.Name)
 	f.staysPut = (u.read || u.txStart) && ss.staysPut(u)
@@ -2280,12 +2281,18 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 		ss.mu.Unlock()
 	}
 	if resync {
-		q := "RESET ALL"
-		if key != "" {
-			q += "; " + key
-		}
-		if err := ss.inject(l, &pgproto3.Query{String: q}, 'Z'); err != nil {
+		// RESET ALL on its own: in one implicit transaction with the
+		// set_config SELECT, a setting that fails every snapshot there
+		// (default_transaction_isolation = serializable on a hot standby:
+		// 0A000) failed the SELECT and so undid the RESET, and the
+		// connection kept the previous client's settings.
+		if err := ss.inject(l, &pgproto3.Query{String: "RESET ALL"}, 'Z'); err != nil {
 			return errServerGone
+		}
+		if key != "" {
+			if err := ss.inject(l, &pgproto3.Query{String: key}, 'Z'); err != nil {
+				return errServerGone
+			}
 		}
 		ss.mu.Lock()
 		st.settings = key

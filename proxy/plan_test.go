@@ -60,6 +60,14 @@ func TestPlanUnit(t *testing.T) {
 			unitFacts{unit: unitInfo{reason: reasonWrite}, route: rt, fresh: true, stage: 1}, want{reason: reasonWrite, fallback: config.FallbackPrimary}},
 		{"§4 hint primary: nothing asked",
 			unitFacts{unit: unitInfo{read: true, hintPrim: true}, route: rt, fresh: true, stage: 1}, want{read: true, fallback: config.FallbackPrimary}},
+		{"§3 SERIALIZABLE by default (default_transaction_isolation): a read goes to the primary, nothing asked",
+			func() unitFacts { f := base; f.serializable = true; return f }(), want{reason: reasonWrite, fallback: config.FallbackPrimary}},
+		{"§3 SERIALIZABLE by default: a read-only transaction opens on the primary",
+			func() unitFacts {
+				f := base
+				f.serializable, f.unit = true, unitInfo{txStart: true, reason: reasonRead}
+				return f
+			}(), want{reason: reasonWrite, fallback: config.FallbackPrimary}},
 		{"§5 a read asks for the session's position first",
 			base, want{read: true, reason: reasonRead, need: needPosition, fallback: config.FallbackPrimary}},
 		{"§5 position unknown (captures unanswered, or a capture debt): read_your_writes",

@@ -216,6 +216,9 @@ type unitFacts struct {
 	primaryTimeline   uint32
 	primaryInRecovery bool
 	staysPut          bool // the unit stays in the transaction block open on its server (staysPut)
+	// serializable: the session's default_transaction_isolation is
+	// SERIALIZABLE (serializableByDefault).
+	serializable bool
 	sticky            bool // a write within sticky_primary_window_ms
 	// needPosition: whether the session's latest write position is known,
 	// and its freshness state then (fresh.go): the monotonic-read floor,
@@ -319,6 +322,12 @@ func planUnit(f unitFacts) unitPlan {
 		p.rejected = reasonSplitBrain
 		p.unit = u
 		return p
+	}
+	if f.fresh && f.serializable && (u.read || u.txStart) && !f.staysPut {
+		// A hot standby runs no serializable transaction (0A000), which
+		// every transaction of the session is by default: the primary
+		// runs it, as it runs BEGIN ISOLATION LEVEL SERIALIZABLE.
+		toPrimary(reasonWrite)
 	}
 	// Inside a transaction block the unit stays where it is: positions do
 	// not matter, and none is asked for.

@@ -119,6 +119,21 @@ func settingsQuery(settings []setting) string {
 	return b.String()
 }
 
+// serializableByDefault reports whether settings, applied in order (the
+// startup ones, then the session's), leave default_transaction_isolation
+// at SERIALIZABLE.
+func serializableByDefault(lists ...[]setting) bool {
+	v := ""
+	for _, l := range lists {
+		for _, s := range l {
+			if strings.EqualFold(s.name, "default_transaction_isolation") {
+				v = s.value
+			}
+		}
+	}
+	return strings.EqualFold(strings.Trim(strings.TrimSpace(v), `'"`), "serializable")
+}
+
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

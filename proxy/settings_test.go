@@ -40,3 +40,21 @@ func TestSettingsQueryQuotes(t *testing.T) {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 }
+
+func TestSerializableByDefault(t *testing.T) {
+	for _, tc := range []struct {
+		startup, session []setting
+		want             bool
+	}{
+		{nil, nil, false},
+		{[]setting{{"default_transaction_isolation", "serializable"}}, nil, true},
+		{[]setting{{"Default_Transaction_Isolation", "'SERIALIZABLE'"}}, nil, true},
+		{[]setting{{"default_transaction_isolation", "serializable"}}, []setting{{"default_transaction_isolation", "read committed"}}, false},
+		{nil, []setting{{"application_name", "x"}, {"default_transaction_isolation", "serializable"}}, true},
+		{[]setting{{"default_transaction_isolation", "repeatable read"}}, nil, false},
+	} {
+		if got := serializableByDefault(tc.startup, tc.session); got != tc.want {
+			t.Errorf("serializableByDefault(%v, %v) = %v, want %v", tc.startup, tc.session, got, tc.want)
+		}
+	}
+}

@@ -971,3 +971,96 @@ func TestUnloggedTablesReadOnThePrimary(t *testing.T) {
 		t.Errorf("behind_r after the standby's refusal: on %d, %v; want the primary %d", p, err, cl.Primary.Port)
 	}
 }
+
+// TestSerializableByDefaultReadsOnThePrimary: a hot standby runs no
+// SERIALIZABLE transaction (0A000), so a session whose
+// default_transaction_isolation is serializable (from its startup options,
+// or SET SESSION CHARACTERISTICS) reads on the primary, where its reads
+// succeed as they do directly; after RESET its reads go back to replicas.
+// In transaction pooling a server connection such a session used must not
+// pass the setting on: node-postgres's own tests, through kineticd, left a
+// standby connection serializable ("RESET ALL; SELECT set_config(...)" ran
+// in one transaction there, which the setting failed, undoing the RESET),
+// and every later client's reads on it failed or saw the setting.
+func TestSerializableByDefaultReadsOnThePrimary(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 90*time.Second)
+	for _, pm := range []string{"session", "transaction"} {
+		t.Run(pm, func(t *testing.T) {
+			px := routedProxy(t, cl, kinetictest.Params{PoolMode: pm, FallbackPolicy: "wait"})
+			standbys := cl.StandbyPorts()
+			iso := func(c *pgx.Conn, what string) (string, int) {
+				t.Helper()
+				var level string
+				var port int
+				if err := c.QueryRow(ctx, "select current_setting('transaction_isolation'), inet_server_port()").Scan(&level, &port); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				return level, port
+			}
+			for i := 0; i < 3; i++ {
+				cfg, err := pgx.ParseConfig(px.AppDSN())
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.RuntimeParams["options"] = "-c default_transaction_isolation=serializable"
+				s, err := pgx.ConnectConfig(ctx, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if level, port := iso(s, "serializable by startup options"); level != "serializable" || port != cl.Primary.Port {
+					t.Errorf("serializable by startup options: %s on %d, want serializable on the primary %d", level, port, cl.Primary.Port)
+				}
+				// A SET-only unit, and a SHOW, may run on a standby: they take
+				// no snapshot.
+				var show string
+				if err := s.QueryRow(ctx, "show default_transaction_isolation", pgx.QueryExecModeSimpleProtocol).Scan(&show); err != nil || show != "serializable" {
+					t.Errorf("SHOW default_transaction_isolation: %q, %v", show, err)
+				}
+				s.Close(ctx)
+
+				c := connect(t, ctx, px.AppDSN())
+				if level, port := iso(c, "a plain session after it"); level != "read committed" || !standbys[port] {
+					t.Errorf("a plain session after a serializable one (%d): %s on %d, want read committed on a standby", i, level, port)
+				}
+				if _, err := c.Exec(ctx, "set session characteristics as transaction isolation level serializable"); err != nil {
+					t.Fatal(err)
+				}
+				if level, port := iso(c, "after SET SESSION CHARACTERISTICS"); level != "serializable" || port != cl.Primary.Port {
+					t.Errorf("after SET SESSION CHARACTERISTICS … SERIALIZABLE: %s on %d, want serializable on the primary", level, port)
+				}
+				if _, err := c.Exec(ctx, "reset default_transaction_isolation"); err != nil {
+					t.Fatal(err)
+				}
+				if level, port := iso(c, "after RESET"); level != "read committed" || !standbys[port] {
+					t.Errorf("after RESET default_transaction_isolation: %s on %d, want read committed on a standby", level, port)
+				}
+				c.Close(ctx)
+			}
+			// A SET alone takes no snapshot, so it may run on a standby,
+			// whose connection then holds the setting: the next session to
+			// use that connection must not.
+			onStandby := 0
+			for i := 0; i < 4; i++ {
+				s := connect(t, ctx, px.AppDSN())
+				if _, err := s.Exec(ctx, "set default_transaction_isolation = serializable", pgx.QueryExecModeSimpleProtocol); err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(lastRoute(t, ctx, s), "target=replica") {
+					onStandby++
+				}
+				s.Close(ctx)
+				// (With a startup setting of its own, as psql's
+				// application_name: its settings are replayed after RESET ALL.)
+				c := connect(t, ctx, px.AppDSN()+"&application_name=plain")
+				if level, port := iso(c, "a plain session after a SET on a standby"); level != "read committed" || !standbys[port] {
+					t.Errorf("a plain session after another's SET default_transaction_isolation (%d): %s on %d, want read committed on a standby", i, level, port)
+				}
+				c.Close(ctx)
+			}
+			if onStandby == 0 {
+				t.Errorf("no SET default_transaction_isolation ran on a standby: the case is not exercised")
+			}
+		})
+	}
+}
