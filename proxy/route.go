@@ -219,7 +219,7 @@ type unitFacts struct {
 	// serializable: the session's default_transaction_isolation is
 	// SERIALIZABLE (serializableByDefault).
 	serializable bool
-	sticky            bool // a write within sticky_primary_window_ms
+	sticky       bool // a write within sticky_primary_window_ms
 	// needPosition: whether the session's latest write position is known,
 	// and its freshness state then (fresh.go): the monotonic-read floor,
 	// the write token, SET pg_kinetic.min_lsn.
