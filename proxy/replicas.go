@@ -107,7 +107,7 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string), p
 		rt := &cfg.Routes[i]
 		run := &routeRuntime{fallbacks: new(atomic.Int64), decisions: new(sync.Map), replays: map[string]*freshness.Reader{},
 			volatility: &catalogFacts{sql: volatilitySQL, what: "function volatility"},
-			unlogged:   &catalogFacts{sql: unloggedSQL, what: "unlogged relations"}}
+			unlogged:   &catalogFacts{sql: unloggedSQL, what: "unlogged relations", failOpen: true}}
 		if old := prev.route(rt.Name); old != nil {
 			run.fallbacks, run.decisions = old.fallbacks, old.decisions
 		}
@@ -409,6 +409,12 @@ func (ss *session) replicaLink(addr string) (*link, error) {
 type catalogFacts struct {
 	sql  string // the lookup: a format taking the names as a text[] literal
 	what string // what it looks up, for the log
+	// failOpen: a failed lookup (the primary down, say) answers no, and
+	// that answer is kept until forget, instead of yes and not kept. For
+	// unlogged relations: a standby that cannot read one refuses the read
+	// visibly (0A000) and so makes the route forget, while yes would send
+	// every read to a primary that may be down.
+	failOpen bool
 
 	mu      sync.RWMutex        // read-locked to answer from known alone (every routed read asks)
 	known   map[string]bool     // name -> yes (volatile, unlogged)
@@ -499,13 +505,13 @@ func (v *catalogFacts) forget() {
 }
 
 // any reports whether the answer for any of funcs is yes (volatile, or
-// unlogged). A name missing from the
-// cache joins the lookup that already answers it, or the next one; one
-// lookup runs at a time (lookup, with every name queued for it), and the
-// caller waits for the lookups of its names. An unknown answer counts as
-// volatile (the unit goes to the primary): a failed lookup, or a name the
-// answer lacks. Answers are cached until the runtime is replaced (close);
-// failures are not.
+// unlogged). A name missing from the cache joins the lookup that already
+// answers it, or the next one; one lookup runs at a time (lookup, with
+// every name queued for it), and the caller waits for the lookups of its
+// names. An unknown answer (a failed lookup, or a name the answer lacks)
+// counts as yes, not cached (the unit goes to the primary), or with
+// failOpen as no, cached. Answers are cached until forget or until the
+// runtime is replaced (close).
 func (v *catalogFacts) any(funcs []string, lookup func(names []string) (map[string]bool, error)) bool {
 	type pending struct {
 		name string
@@ -550,7 +556,11 @@ func (v *catalogFacts) any(funcs []string, lookup func(names []string) (map[stri
 	vol := false
 	for _, p := range wait {
 		<-p.call.done
-		if got, ok := p.call.got[p.name]; p.call.err != nil || !ok || got {
+		got, ok := p.call.got[p.name]
+		switch {
+		case v.failOpen:
+			vol = vol || got && p.call.err == nil
+		case p.call.err != nil || !ok || got:
 			vol = true
 		}
 	}
@@ -578,13 +588,13 @@ func (v *catalogFacts) run(c *volCall, lookup func(names []string) (map[string]b
 	for c != nil {
 		got, err := lookup(c.names)
 		v.mu.Lock()
-		if err == nil && !v.closed {
+		if (err == nil || v.failOpen) && !v.closed {
 			if v.known == nil {
 				v.known = map[string]bool{}
 			}
 			for _, n := range c.names {
-				if vol, ok := got[n]; ok {
-					v.known[n] = vol
+				if vol, ok := got[n]; ok || v.failOpen {
+					v.known[n] = vol && err == nil
 				}
 			}
 		}
@@ -631,13 +641,13 @@ func (s *Server) lookupNames(ss *session, v *catalogFacts, names []string) (map[
 	}
 	v.mu.Unlock()
 	if err != nil {
-		ss.log.Warn("catalog lookup failed; the read goes to the primary", zap.String("of", v.what), zap.Error(err))
+		ss.log.Warn("catalog lookup failed", zap.String("of", v.what), zap.Bool("answered_yes", !v.failOpen), zap.Error(err))
 		return nil, err
 	}
 	got := make(map[string]bool, len(rows))
 	for _, row := range rows {
 		if len(row) != 2 || row[0] == nil {
-			ss.log.Warn("catalog lookup: unexpected row; the read goes to the primary", zap.String("of", v.what), zap.Int("columns", len(row)))
+			ss.log.Warn("catalog lookup: unexpected row", zap.String("of", v.what), zap.Bool("answered_yes", !v.failOpen), zap.Int("columns", len(row)))
 			return nil, errors.New("unexpected row")
 		}
 		got[string(row[0])] = string(row[1]) == "t"
@@ -656,7 +666,11 @@ func (s *Server) lookupCatalog(ss *session, conn *pool.Conn, sql string) ([][][]
 		reused := conn != nil
 		if conn == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), s.opts.connectTimeout)
-			conn, err = s.dialCatalog(ctx, ss.route, s.backendCredentials(ss.userCfg, ss.route.BackendDB()), ss.cfg.Server.BackendTLSMode)
+			addr, _ := ss.primaryAddr()
+			if addr == "" {
+				addr = ss.route.Primary.Address // (none elected: that lookup fails as the primary would)
+			}
+			conn, err = s.dialCatalog(ctx, ss.route, addr, s.backendCredentials(ss.userCfg, ss.route.BackendDB()), ss.cfg.Server.BackendTLSMode)
 			cancel()
 			if err != nil {
 				return nil, nil, fmt.Errorf("cannot connect for the catalog: %w", err)
@@ -680,14 +694,17 @@ func (s *Server) lookupCatalog(ss *session, conn *pool.Conn, sql string) ([][][]
 
 // dialCatalog opens the connection catalog lookups run on, logged in as
 // a session of the route would be (pool.Dialer: PostgreSQL's own SASLprep
-// for SCRAM passwords, raw bytes for md5), on rt's configured primary,
-// through its dial gate (gatedDial).
-func (s *Server) dialCatalog(ctx context.Context, rt *config.Route, cred pool.Credentials, tlsMode string) (*pool.Conn, error) {
+// for SCRAM passwords, raw bytes for md5), on addr, the route's primary
+// (with follow_failover the elected one: session.primaryAddr), through its
+// dial gate (gatedDial). A connection kept from before a failover answers
+// from the old primary's catalog until it breaks; pg_class and pg_proc
+// are replicated, so a rejoined standby's answers are the same.
+func (s *Server) dialCatalog(ctx context.Context, rt *config.Route, addr string, cred pool.Credentials, tlsMode string) (*pool.Conn, error) {
 	if tlsMode == "" {
 		tlsMode = "disable"
 	}
-	cred.Params = map[string]string{"application_name": "kineticd catalog"}
-	return s.gatedDial(ctx, rt, rt.Primary.Address, pool.Dialer{TLSMode: tlsMode}, cred)
+	cred.Params = map[string]string{"application_name": "pg-kinetic catalog"}
+	return s.gatedDial(ctx, rt, addr, pool.Dialer{TLSMode: tlsMode}, cred)
 }
 
 // gatedDial opens a connection of the proxy's own to addr outside the

@@ -196,3 +196,34 @@ func TestCatalogFactsForget(t *testing.T) {
 		t.Fatalf("after forget: want t unlogged from a second lookup; lookups %d", calls.Load())
 	}
 }
+
+// TestCatalogFactsFailOpen: with failOpen (unlogged relations), a failed
+// lookup answers no and is kept (the primary may be down: reads must not
+// all go there, nor each wait for a dial); forget looks again. Without
+// it (volatility), a failed lookup answers yes and is not kept.
+func TestCatalogFactsFailOpen(t *testing.T) {
+	var calls atomic.Int64
+	down := true
+	lookup := func(names []string) (map[string]bool, error) {
+		calls.Add(1)
+		if down {
+			return nil, errors.New("connection refused")
+		}
+		return map[string]bool{"t": true}, nil
+	}
+	open := catalogFacts{sql: unloggedSQL, failOpen: true}
+	if open.any([]string{"t"}, lookup) || open.any([]string{"t"}, lookup) || calls.Load() != 1 {
+		t.Fatalf("failOpen, lookup failing: want no, kept (one lookup); lookups %d", calls.Load())
+	}
+	down = false
+	open.forget()
+	if !open.any([]string{"t"}, lookup) || calls.Load() != 2 {
+		t.Fatalf("failOpen after forget, lookup working: want yes from a second lookup; lookups %d", calls.Load())
+	}
+	calls.Store(0)
+	down = true
+	closed := catalogFacts{sql: volatilitySQL}
+	if !closed.any([]string{"f"}, lookup) || !closed.any([]string{"f"}, lookup) || calls.Load() != 2 {
+		t.Fatalf("volatility, lookup failing: want yes each time, not kept; lookups %d", calls.Load())
+	}
+}
