@@ -24,6 +24,7 @@ type walker struct {
 	funcs   []string
 	rels    []string // relation names (RangeVar), for Statement.Relations
 	ctes    []string // the statement's CTE names, which rels may name too
+	unlogs  bool     // a relation named UNLOGGED, or ALTER … SET [UN]LOGGED
 
 	// constRead: a rule read a constant's value (set_config's is_local),
 	// so the classification does not hold for every text of the same
@@ -51,7 +52,12 @@ func (w *walker) walk(m protoreflect.Message) {
 			w.temp = true
 		}
 		w.rels = append(w.rels, n.GetRelname())
+		w.unlogs = w.unlogs || n.GetRelpersistence() == "u"
 		return
+	case *pg.AlterTableCmd:
+		if t := n.GetSubtype(); t == pg.AlterTableType_AT_SetUnLogged || t == pg.AlterTableType_AT_SetLogged {
+			w.unlogs = true
+		}
 	case *pg.CommonTableExpr:
 		w.ctes = append(w.ctes, n.GetCtename())
 	case *pg.String, *pg.Integer, *pg.Float, *pg.Boolean, *pg.BitString, *pg.A_Const,
@@ -80,37 +86,9 @@ func (w *walker) field(fd protoreflect.FieldDescriptor, v protoreflect.Value) bo
 // UNLOGGED (Statement.Unlogs): a relation it names as UNLOGGED, or ALTER …
 // SET UNLOGGED or SET LOGGED.
 func unlogs(n *pg.Node) bool {
-	found := false
-	var visit func(m protoreflect.Message)
-	visit = func(m protoreflect.Message) {
-		if found || !m.IsValid() {
-			return
-		}
-		switch x := m.Interface().(type) {
-		case *pg.RangeVar:
-			found = x.GetRelpersistence() == "u"
-			return
-		case *pg.AlterTableCmd:
-			if t := x.GetSubtype(); t == pg.AlterTableType_AT_SetUnLogged || t == pg.AlterTableType_AT_SetLogged {
-				found = true
-				return
-			}
-		}
-		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-			switch {
-			case fd.Kind() != protoreflect.MessageKind || fd.IsMap():
-			case fd.IsList():
-				for i, l := 0, v.List(); i < l.Len(); i++ {
-					visit(l.Get(i).Message())
-				}
-			default:
-				visit(v.Message())
-			}
-			return !found
-		})
-	}
-	visit(n.ProtoReflect())
-	return found
+	w := walker{}
+	w.walk(n.ProtoReflect())
+	return w.unlogs
 }
 
 // relations is Statement.Relations: the relations named, less the names
@@ -145,7 +123,7 @@ func (w *walker) funcCall(f *pg.FuncCall) {
 	}
 	if strings.EqualFold(name, "current_setting") && (schema == "" || strings.EqualFold(schema, "pg_catalog")) {
 		w.constRead = true // its argument decides
-		if names := settingNames(f.GetArgs()); serverRoleSetting(names) {
+		if serverRoleSetting(settingName(f.GetArgs())) {
 			w.write = true
 			return
 		}
@@ -187,10 +165,10 @@ func (c *Classifier) funcKind(schema, name string) (fl fnFlags, unknown bool) {
 	return 0, true
 }
 
-// settingNames is current_setting's first argument when it is a string
+// settingName is current_setting's first argument when it is a string
 // constant; anything else (a parameter, an expression) could name any
 // setting, and reports "?".
-func settingNames(args []*pg.Node) string {
+func settingName(args []*pg.Node) string {
 	if len(args) == 0 {
 		return ""
 	}

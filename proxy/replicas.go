@@ -463,24 +463,25 @@ const unloggedSQL = "select n, coalesce(bool_or(c.relpersistence = 'u'), false) 
 // anyVolatile reports whether any of funcs is VOLATILE on the session's
 // primary (catalogFacts.any), looking missing names up in its catalog.
 func (s *Server) anyVolatile(ss *session, funcs []string) bool {
-	run := ss.runtime()
-	if run == nil {
-		return true
-	}
-	v := run.volatility
-	return v.any(funcs, func(names []string) (map[string]bool, error) { return s.lookupNames(ss, v, names) })
+	return s.catalogSaysYes(ss, func(run *routeRuntime) *catalogFacts { return run.volatility }, funcs)
 }
 
 // anyUnlogged reports whether any of rels is an UNLOGGED relation on the
 // session's primary (catalogFacts.any), looking missing names up in its
 // catalog.
 func (s *Server) anyUnlogged(ss *session, rels []string) bool {
+	return s.catalogSaysYes(ss, func(run *routeRuntime) *catalogFacts { return run.unlogged }, rels)
+}
+
+// catalogSaysYes asks the session's route's catalogFacts (which) about
+// names, looking missing ones up on the primary; yes without a runtime.
+func (s *Server) catalogSaysYes(ss *session, which func(*routeRuntime) *catalogFacts, names []string) bool {
 	run := ss.runtime()
 	if run == nil {
 		return true
 	}
-	v := run.unlogged
-	return v.any(rels, func(names []string) (map[string]bool, error) { return s.lookupNames(ss, v, names) })
+	v := which(run)
+	return v.any(names, func(missing []string) (map[string]bool, error) { return s.lookupNames(ss, v, missing) })
 }
 
 // unloggedOnStandby is PostgreSQL's message (in English) for a read of an
