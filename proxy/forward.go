@@ -2113,8 +2113,17 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 	if len(d.Statements) > 0 {
 		read, reason = true, ""
 	}
+	// The functions and relations to look up: the classifier's union
+	// when it found a read; when it did not, the router may still (SQL
+	// EXECUTE of a prepared read), so they are gathered here.
+	funcs, rels := d.Funcs, d.Relations
+	gather := d.Kind != classify.KindRead
 	for i, st := range d.Statements {
 		stRead, stReason := st.Kind == classify.KindRead, st.Reason
+		if gather {
+			funcs = append(funcs, st.Funcs...)
+			rels = append(rels, st.Relations...)
+		}
 		switch st.Tx {
 		case classify.TxBegin, classify.TxBeginReadWrite:
 			stRead, stReason = false, reasonWrite
@@ -2155,6 +2164,12 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 			p, ok := ss.client.sqlPrepared[st.PrepareName]
 			stRead = ok && p.inner == classify.KindRead && !st.ParamsWrite
 			stReason = reasonWrite
+			if stRead {
+				// The prepared read's functions and relations count as
+				// this statement's own (EXECUTE names neither).
+				funcs = append(slices.Clip(funcs), p.funcs...)
+				rels = append(slices.Clip(rels), p.rels...)
+			}
 		case classify.EffectPrepare:
 			if len(d.Statements) > 1 {
 				u.pinEffect = true // its text cannot be replayed on its own
@@ -2164,10 +2179,10 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 			read, reason = false, stReason
 		}
 	}
-	if read && len(d.Funcs) > 0 && ss.routingMode() != config.RoutingOff && ss.srv.anyVolatile(ss, d.Funcs) {
+	if read && len(funcs) > 0 && ss.routingMode() != config.RoutingOff && ss.srv.anyVolatile(ss, funcs) {
 		read, reason = false, reasonWrite
 	}
-	if read && len(d.Relations) > 0 && ss.routingMode() != config.RoutingOff && ss.srv.anyUnlogged(ss, d.Relations) {
+	if read && len(rels) > 0 && ss.routingMode() != config.RoutingOff && ss.srv.anyUnlogged(ss, rels) {
 		// A hot standby cannot read an UNLOGGED relation (0A000): the
 		// primary serves the read, as it serves a write.
 		read, reason = false, reasonWrite
@@ -2217,7 +2232,7 @@ func (ss *session) recordEffects(ds []*classified) {
 					continue // the server refuses it (42P05): the client's stays
 				}
 				if len(dec.Statements) == 1 && st.Inner != nil {
-					ss.client.sqlPrepared[st.PrepareName] = sqlPrep{text: strings.TrimSpace(dec.text), inner: st.Inner.Kind}
+					ss.client.sqlPrepared[st.PrepareName] = sqlPrep{text: strings.TrimSpace(dec.text), inner: st.Inner.Kind, funcs: st.Inner.Funcs, rels: st.Inner.Relations}
 				}
 			case classify.EffectDeallocate:
 				if st.PrepareName == "" {

@@ -49,6 +49,9 @@ func (s stmtInfo) key() string {
 type sqlPrep struct {
 	text  string // the whole PREPARE statement, replayed as is
 	inner classify.Kind
+	// funcs and rels: the prepared read's Statement.Funcs and .Relations,
+	// looked up at each EXECUTE as the read's own would be.
+	funcs, rels []string
 }
 
 // effect is a change to session state made by a statement of the unit in

@@ -388,6 +388,28 @@ func TestVolatileFunctionsGoToPrimary(t *testing.T) {
 			t.Fatalf("stable function ran on %d, want a replica", p)
 		}
 	}
+	// SQL PREPARE / EXECUTE: EXECUTE names no function, the prepared
+	// statement and its parameters do.
+	for _, q := range []string{
+		"prepare vol_p as select " + vol + "()",
+		"prepare stab_p as select " + stab + "()",
+		"prepare arg_p(int) as select $1",
+	} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if p := portOf(t, ctx, c, "execute vol_p"); p != cl.Primary.Port {
+			t.Fatalf("EXECUTE of a prepared volatile call ran on %d", p)
+		}
+		if p := portOf(t, ctx, c, "execute stab_p"); !reps[p] {
+			t.Fatalf("EXECUTE of a prepared stable call ran on %d, want a replica", p)
+		}
+		if p := portOf(t, ctx, c, "execute arg_p("+vol+"())"); p != cl.Primary.Port {
+			t.Fatalf("EXECUTE with a volatile call in its parameters ran on %d", p)
+		}
+	}
 }
 
 // TestReplicaDownFallsBackOrRejects: with a replica stopped, reads go to
@@ -938,6 +960,23 @@ func TestUnloggedTablesReadOnThePrimary(t *testing.T) {
 		if p, err := where("logged_r", mode); err != nil || !standbys[p] {
 			t.Errorf("read of a logged table (%v): on %d, %v; want a standby", mode, p, err)
 		}
+	}
+	// SQL PREPARE / EXECUTE: EXECUTE names no relation, its PREPARE does.
+	for _, sql := range []string{"prepare unlogged_p as select x, inet_server_port() from unlogged_r", "prepare logged_p as select x, inet_server_port() from logged_r"} {
+		if _, err := c.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	execute := func(name string) (int, error) {
+		var x, port int
+		err := c.QueryRow(ctx, "execute "+name, pgx.QueryExecModeSimpleProtocol).Scan(&x, &port)
+		return port, err
+	}
+	if p, err := execute("unlogged_p"); err != nil || p != cl.Primary.Port {
+		t.Errorf("EXECUTE of a prepared read of an unlogged table: on %d, %v; want the primary %d", p, err, cl.Primary.Port)
+	}
+	if p, err := execute("logged_p"); err != nil || !standbys[p] {
+		t.Errorf("EXECUTE of a prepared read of a logged table: on %d, %v; want a standby", p, err)
 	}
 	// Cached as logged, then turned unlogged through the proxy.
 	if p, err := where("turned_r", pgx.QueryExecModeSimpleProtocol); err != nil || !standbys[p] {
