@@ -410,6 +410,9 @@
 //     494949: 0 / 0 / 0 / 0; 505050 widened, 4,000 in session-routing and
 //     transaction-routing: 0 / 0. 515151 on the session's final code
 //     (after the issue 13 splits, 28c748d): 0 / 0 / 0 / 0.
+//   - 2026-12-05, fifth session, on d4f01c7: 535353 widened with the
+//     opt-in +flushsync feature, 3,000 sequences in every mode: 0 / 0 /
+//     0 / 0.
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
