@@ -176,6 +176,19 @@ type Statement struct {
 	// ALTER … SET UNLOGGED or SET LOGGED): what the router knows of
 	// unlogged relations may be out of date once it ran.
 	Unlogs bool
+	// Cancels lists the calls pg_cancel_backend(pid) of a SELECT whose
+	// argument is an integer constant or a parameter ($n, maybe cast), in
+	// order: the router relays such a cancel of a session's primary
+	// backend to the replica running that session's statement. Usually
+	// nil.
+	Cancels []BackendArg
+}
+
+// BackendArg is the process ID argument of a call: the constant PID, or
+// the parameter that carries it (Param is $n, 1-based; 0 for a constant).
+type BackendArg struct {
+	PID   int64
+	Param int
 }
 
 // Setting is one session setting (EffectSet).

@@ -68,7 +68,8 @@ func TestShapeNeverSharesConstantDependent(t *testing.T) {
 		{"PREPARE p AS SELECT 1", "PREPARE p AS SELECT 2", "EXECUTE p(1)", "EXECUTE p(2)", "EXECUTE p(nextval('s'))"},
 		{"DECLARE c CURSOR FOR SELECT 1", "DECLARE c CURSOR FOR SELECT 2", "DECLARE c CURSOR WITH HOLD FOR SELECT 3"},
 		{"BEGIN ISOLATION LEVEL SERIALIZABLE, READ ONLY", "START TRANSACTION READ WRITE"},
-		{"SELECT pg_advisory_lock(1)", "SELECT pg_advisory_lock(2)"}, // a pin: Effect set
+		{"SELECT pg_advisory_lock(1)", "SELECT pg_advisory_lock(2)"},       // a pin: Effect set
+		{"SELECT pg_cancel_backend(101)", "SELECT pg_cancel_backend(102)"}, // Statement.Cancels
 		{"CREATE TEMP TABLE x AS SELECT 1", "CREATE TEMP TABLE x AS SELECT 2"},
 		{"SELECT 1 INTO TEMP x", "SELECT 2 INTO TEMP x"},
 		{"ALTER TABLE t ALTER COLUMN a SET DEFAULT 1", "ALTER TABLE t ALTER COLUMN a SET DEFAULT 2"},

@@ -177,6 +177,7 @@ func (c *Classifier) query(sel *pg.SelectStmt) (st Statement, shared bool) {
 	if st.Kind == KindRead {
 		st.Funcs, st.Relations = sortedUnique(w.funcs), w.relations()
 	}
+	st.Cancels = w.cancels
 	return st, !w.constRead
 }
 

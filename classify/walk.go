@@ -25,6 +25,7 @@ type walker struct {
 	rels    []string // relation names (RangeVar), for Statement.Relations
 	ctes    []string // the statement's CTE names, which rels may name too
 	unlogs  bool     // a relation named UNLOGGED, or ALTER … SET [UN]LOGGED
+	cancels []BackendArg
 
 	// constRead: a rule read a constant's value (set_config's is_local),
 	// so the classification does not hold for every text of the same
@@ -128,6 +129,12 @@ func (w *walker) funcCall(f *pg.FuncCall) {
 			return
 		}
 	}
+	if strings.EqualFold(name, "pg_cancel_backend") && (schema == "" || strings.EqualFold(schema, "pg_catalog")) {
+		if arg, ok := backendArg(f.GetArgs()); ok {
+			w.cancels = append(w.cancels, arg)
+			w.constRead = w.constRead || arg.Param == 0 // the constant is the answer
+		}
+	}
 	fl, unknown := w.c.funcKind(schema, name)
 	switch {
 	case fl != 0:
@@ -163,6 +170,25 @@ func (c *Classifier) funcKind(schema, name string) (fl fnFlags, unknown bool) {
 		return 0, false
 	}
 	return 0, true
+}
+
+// backendArg is a call's first argument as a process ID: an integer
+// constant or a parameter, either maybe cast (12345, $1, $1::int).
+func backendArg(args []*pg.Node) (BackendArg, bool) {
+	if len(args) == 0 {
+		return BackendArg{}, false
+	}
+	n := args[0]
+	for n.GetTypeCast() != nil {
+		n = n.GetTypeCast().GetArg()
+	}
+	switch {
+	case n.GetParamRef() != nil:
+		return BackendArg{Param: int(n.GetParamRef().GetNumber())}, n.GetParamRef().GetNumber() > 0
+	case n.GetAConst() != nil && n.GetAConst().GetIval() != nil:
+		return BackendArg{PID: int64(n.GetAConst().GetIval().GetIval())}, true
+	}
+	return BackendArg{}, false
 }
 
 // settingName is current_setting's first argument when it is a string

@@ -654,6 +654,7 @@ func (ss *session) forwardOne(l *link, b *batch) error {
 			}
 		}
 		ss.recordEffects(ds)
+		ss.noteCancels(l, u.cancels)
 		ss.noteResets(l, ds)
 		ss.noteSQLPrepares(l, ds)
 		if q := ss.restoreQuery(ds); q != "" {
@@ -1456,6 +1457,7 @@ func (ss *session) sendTo(l *link, b *batch, u unitInfo, d decision, decisions [
 		return false, err
 	}
 	ss.recordRoute(d, decisions)
+	ss.noteCancels(l, u.cancels)
 	if hasSQLOp {
 		ss.noteStmtOp(l, sqlOp)
 	}
@@ -1996,7 +1998,7 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 	if oversized {
 		u.read, u.reason = false, reasonUnclassified
 	}
-	var local map[string]string // statements parsed in this batch
+	var local map[string]int // statements parsed in this batch: their index in ds
 	// With routing off every unit goes to the primary, so nothing needs
 	// classifying, except in transaction pooling: the session's SETs,
 	// statements and pinning effects must still be known there.
@@ -2032,6 +2034,7 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 				continue
 			}
 			use(string(text))
+			u.cancels = cancelPIDs(u.cancels, ds[len(ds)-1], nil)
 		case 'P':
 			name, query, err := parseNames(body)
 			if err != nil {
@@ -2039,9 +2042,9 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 				continue
 			}
 			if local == nil {
-				local = map[string]string{}
+				local = map[string]int{}
 			}
-			local[name] = query
+			local[name] = len(ds)
 			use(query)
 		case 'B':
 			name, err := bindStatement(body)
@@ -2049,14 +2052,17 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 				u.read, u.reason = false, reasonUnclassified
 				continue
 			}
-			if q, ok := local[name]; ok {
-				_ = q // classified with its Parse
+			if i, ok := local[name]; ok {
+				// Classified with its Parse.
+				u.cancels = cancelPIDs(u.cancels, ds[i], body)
 				continue
 			}
 			if name == "" && ss.client.unnamed.parse != "" {
 				use(ss.client.unnamed.query)
+				u.cancels = cancelPIDs(u.cancels, ds[len(ds)-1], body)
 			} else if st, ok := ss.client.stmts[name]; ok {
 				use(st.query)
+				u.cancels = cancelPIDs(u.cancels, ds[len(ds)-1], body)
 			} else if p, ok := ss.client.sqlPrepared[name]; ok {
 				// A Bind of a statement PREPAREd in SQL (one namespace)
 				// reads when the prepared statement does.

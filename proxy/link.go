@@ -1279,6 +1279,9 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 	}
 	ss.noteReadyLocked(l) // timeouts.go
 	ss.mu.doneSeq++
+	if len(ss.mu.cancels) > 0 {
+		ss.relayCancelsLocked() // sqlcancel.go
+	}
 	if status == 'I' {
 		ss.mu.lastIdleDone = ss.mu.doneSeq
 	}

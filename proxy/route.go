@@ -51,18 +51,19 @@ type candidate struct {
 
 // unitInfo is what the router knows about a unit of work.
 type unitInfo struct {
-	read      bool   // every statement may run on a replica
-	reason    string // why not, when !read: write, unclassified, ...
-	hintPrim  bool   // /* pg-kinetic: primary */
-	txStart   bool   // the unit opens a transaction (it will be pinned wherever it goes)
-	pinEffect bool   // a statement pins the session to the primary
-	txEnd     bool   // a statement ends a transaction
-	commits   bool   // a statement is a COMMIT or END (not a ROLLBACK)
-	begins    bool   // a statement (any, not only the first) opens a transaction block
-	lastTx    byte   // the last transaction statement: 'b' a BEGIN, 'e' a COMMIT or ROLLBACK, 0 none
-	chained   bool   // a COMMIT or ROLLBACK AND CHAIN: the transaction, and its portals, end; another begins
-	restore   string // the client's startup values its RESETs reset (restoreQuery), "" if none
-	copyIn    bool   // COPY ... FROM STDIN
+	read      bool     // every statement may run on a replica
+	reason    string   // why not, when !read: write, unclassified, ...
+	hintPrim  bool     // /* pg-kinetic: primary */
+	txStart   bool     // the unit opens a transaction (it will be pinned wherever it goes)
+	pinEffect bool     // a statement pins the session to the primary
+	txEnd     bool     // a statement ends a transaction
+	commits   bool     // a statement is a COMMIT or END (not a ROLLBACK)
+	begins    bool     // a statement (any, not only the first) opens a transaction block
+	lastTx    byte     // the last transaction statement: 'b' a BEGIN, 'e' a COMMIT or ROLLBACK, 0 none
+	chained   bool     // a COMMIT or ROLLBACK AND CHAIN: the transaction, and its portals, end; another begins
+	restore   string   // the client's startup values its RESETs reset (restoreQuery), "" if none
+	copyIn    bool     // COPY ... FROM STDIN
+	cancels   []uint32 // PIDs it calls pg_cancel_backend for (constants, bound parameters)
 
 	// Freshness hints (SPEC §4).
 	staleOK, strict bool

@@ -336,7 +336,8 @@ type session struct {
 		// server gave the client for a Describe of its statement, by Parse
 		// body (shapeChanged compares a re-Parse's with it).
 		shapes  map[string]string
-		effects []effect // of the units in progress, applied when theirs ends well
+		effects []effect        // of the units in progress, applied when theirs ends well
+		cancels []pendingCancel // pg_cancel_backend calls of units in progress (sqlcancel.go)
 		// heldParams: ParameterStatus for the client from a Sync of the
 		// proxy's own (reportHeldParams); heldCommitted: a COMMIT of the
 		// unit followed every SET of the part those came from: they hold

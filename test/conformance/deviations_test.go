@@ -13,7 +13,9 @@ package conformance
 //	    server process, so the session it names lives on.
 //	(c) With read routing on, a statement running on a replica is not in the
 //	    primary's pg_stat_activity, so another connection cannot find or
-//	    cancel it there. (No pgx test fails for this reason today.)
+//	    cancel it there (pg_cancel_backend of the client's BackendKeyData
+//	    PID is relayed to the replica in session pooling). (No pgx test
+//	    fails for this reason today.)
 var allowed = []deviation{
 	// (a) Each test delays the Describe after Parse by 200 ms with
 	// statement_timeout = 100ms and expects 57014.

@@ -1079,3 +1079,86 @@ func TestFlushAfterSyncIsNotAUnit(t *testing.T) {
 		})
 	}
 }
+
+// TestSQLCancelReachesTheReplica: in session pooling the client's
+// BackendKeyData PID is its primary backend's, and pg_cancel_backend of it
+// from another connection stops the client's statement, as it does on
+// PostgreSQL, also when that statement runs on a replica: the proxy relays
+// the cancel there once the primary has run the call (and so checked the
+// caller's right to signal that backend). pg-query-stream's own test
+// "should work after cancelling query" failed on it (allowed deviation (c)
+// before). A caller the primary refuses (42501) stops nothing.
+func TestSQLCancelReachesTheReplica(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{PoolMode: "session"})
+	ctx := ctxT(t, 90*time.Second)
+	victim := connect(t, ctx, px.AppDSN())
+	other := connect(t, ctx, px.AppDSN())
+	stranger := connect(t, ctx, px.DSN(pgtest.MD5User, pgtest.MD5Password, pgtest.AppDB))
+	var pid uint32
+	if err := victim.QueryRow(ctx, "select pg_backend_pid()").Scan(&pid); err != nil || pid != victim.PgConn().PID() {
+		t.Fatalf("pg_backend_pid() = %d, %v; BackendKeyData PID %d", pid, err, victim.PgConn().PID())
+	}
+	const marker = "sql_cancel_marker"
+	sleep := func() <-chan error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			_, err := victim.Exec(ctx, "select pg_sleep(30) /* "+marker+" */")
+			done <- err
+		}()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			n := 0
+			for _, s := range cl.Standbys {
+				v, err := s.QueryString(ctx, "select count(*) from pg_stat_activity where query like '%"+marker+"%' and pid <> pg_backend_pid()")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v != "0" {
+					n++
+				}
+			}
+			if n > 0 {
+				return done
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the read never showed in a replica's pg_stat_activity")
+			}
+		}
+	}
+	stopped := func(done <-chan error, how string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if pgCode(err) != "57014" {
+				t.Fatalf("%s: the read ended with %v, want 57014", how, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not stop the read on the replica", how)
+		}
+	}
+
+	done := sleep()
+	if _, err := stranger.Exec(ctx, "select pg_cancel_backend($1)", pid); pgCode(err) != "42501" {
+		t.Fatalf("another role's pg_cancel_backend: %v, want the primary's 42501", err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the read ended (%v) after a refused pg_cancel_backend", err)
+	case <-time.After(time.Second):
+	}
+	var ok bool
+	if err := other.QueryRow(ctx, "select pg_cancel_backend($1)", pid).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_cancel_backend($1) = %v, %v", ok, err)
+	}
+	stopped(done, "pg_cancel_backend($1), extended protocol")
+
+	done = sleep()
+	if _, err := other.Exec(ctx, fmt.Sprintf("select pg_cancel_backend(%d)", pid), pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	stopped(done, "pg_cancel_backend(constant), simple protocol")
+	if p := portOf(t, ctx, victim, "select inet_server_port()"); !cl.StandbyPorts()[p] {
+		t.Errorf("after the cancels the next read ran on %d", p)
+	}
+}

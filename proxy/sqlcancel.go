@@ -1,0 +1,152 @@
+package proxy
+
+// SQL cancels relayed to replicas: pg_cancel_backend(pid) of a session's
+// primary backend, which a client runs on the primary, also stops that
+// session's statement where it runs, on a replica (docs/behaviour.md,
+// "Session identity").
+
+import (
+	"encoding/binary"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
+)
+
+// pendingCancel is a unit sent to the primary at server that calls
+// pg_cancel_backend(pid) for pids. It is relayed when the unit's
+// ReadyForQuery arrives without an error in the unit: the primary has
+// then checked the caller's right to signal those backends, and signalled
+// them.
+type pendingCancel struct {
+	seq    uint64 // unitSeq when the unit was sent (as effect.seq)
+	server string
+	pids   []uint32
+}
+
+// cancelPIDs appends to pids the process IDs that classified statement c
+// cancels when it runs: its constants, and with bind (the body of the
+// Bind that runs it) the parameters that carry one.
+func cancelPIDs(pids []uint32, c *classified, bind []byte) []uint32 {
+	var b *pgproto3.Bind
+	for _, st := range c.Statements {
+		for _, a := range st.Cancels {
+			v := a.PID
+			if a.Param > 0 {
+				if bind == nil {
+					continue
+				}
+				if b == nil {
+					b = new(pgproto3.Bind)
+					if b.Decode(bind) != nil {
+						return pids
+					}
+				}
+				var ok bool
+				if v, ok = bindInt(b, a.Param-1); !ok {
+					continue
+				}
+			}
+			if v > 0 && v <= math.MaxUint32 {
+				pids = append(pids, uint32(v))
+			}
+		}
+	}
+	return pids
+}
+
+// bindInt is parameter i of b as an integer, in the text or binary format
+// (int2, int4 or int8).
+func bindInt(b *pgproto3.Bind, i int) (int64, bool) {
+	if i >= len(b.Parameters) || b.Parameters[i] == nil {
+		return 0, false
+	}
+	v := b.Parameters[i]
+	format := int16(0)
+	switch {
+	case len(b.ParameterFormatCodes) == 1:
+		format = b.ParameterFormatCodes[0]
+	case i < len(b.ParameterFormatCodes):
+		format = b.ParameterFormatCodes[i]
+	}
+	if format == 0 {
+		n, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
+		return n, err == nil
+	}
+	switch len(v) {
+	case 2:
+		return int64(int16(binary.BigEndian.Uint16(v))), true
+	case 4:
+		return int64(int32(binary.BigEndian.Uint32(v))), true
+	case 8:
+		return int64(binary.BigEndian.Uint64(v)), true
+	}
+	return 0, false
+}
+
+// noteCancels remembers that the unit being sent to primary link l
+// cancels pids (relayCancelsLocked relays them once it succeeded).
+func (ss *session) noteCancels(l *link, pids []uint32) {
+	if len(pids) == 0 || l.replica {
+		return
+	}
+	ss.mu.Lock()
+	ss.mu.cancels = append(ss.mu.cancels, pendingCancel{seq: ss.mu.unitSeq, server: l.addr, pids: slices.Clone(pids)})
+	ss.mu.Unlock()
+}
+
+// relayCancelsLocked relays the cancels of the unit whose ReadyForQuery
+// just arrived (doneSeq), unless that unit failed (the server may have
+// refused the caller). Callers hold ss.mu.
+func (ss *session) relayCancelsLocked() {
+	for len(ss.mu.cancels) > 0 && ss.mu.cancels[0].seq < ss.mu.doneSeq {
+		c := ss.mu.cancels[0]
+		ss.mu.cancels = ss.mu.cancels[1:]
+		if c.seq != ss.mu.doneSeq-1 || ss.mu.unitErr && ss.mu.errDone == c.seq {
+			continue
+		}
+		go ss.srv.relayCancels(c.server, c.pids)
+	}
+	if len(ss.mu.cancels) == 0 {
+		ss.mu.cancels = nil
+	}
+}
+
+// relayCancels finds the sessions whose primary backend on server is one
+// of pids, and cancels the statement each runs on a replica.
+func (s *Server) relayCancels(server string, pids []uint32) {
+	s.mu.Lock()
+	var targets []*session
+	for k, ss := range s.cancels {
+		if slices.Contains(pids, k.pid) {
+			targets = append(targets, ss)
+		}
+	}
+	s.mu.Unlock()
+	for _, ss := range targets {
+		ss.cancelOnReplica(server)
+	}
+}
+
+// cancelOnReplica sends a CancelRequest to the replica running the
+// session's statement, if the session's primary backend (whose PID the
+// client was given) is on server and a statement runs on a replica.
+// Nothing is sent for a statement on the primary: the server's own signal
+// reached it.
+func (ss *session) cancelOnReplica(server string) {
+	ss.mu.Lock()
+	p, l := ss.mu.primary, ss.mu.cur
+	running := l != nil && (l.batches > l.rfqs || ss.mu.unsynced)
+	if ss.txPool || p == nil || p.addr != server || p.conn.PID != ss.key.pid || !running || !l.replica || !l.claimLocked() {
+		ss.mu.Unlock()
+		return
+	}
+	ss.mu.Unlock()
+	defer ss.unclaim(l)
+	if err := sendCancel(l.conn.Addr, l.conn.PID, l.conn.SecretKey, ss.srv.opts.connectTimeout); err != nil {
+		ss.log.Warn("relaying pg_cancel_backend to the replica failed", zap.String("server", l.conn.Addr), zap.Error(err))
+	}
+}
