@@ -165,7 +165,7 @@ func loadKnobs(t *testing.T) knobs {
 	k := knobs{
 		n:          envInt(t, "KINETIC_DIFF_N", defaultN),
 		workers:    envInt(t, "KINETIC_DIFF_WORKERS", defaultWorkers),
-		timeout:    time.Duration(envInt(t, "KINETIC_DIFF_TIMEOUT_MS", 3000)) * time.Millisecond,
+		timeout:    time.Duration(envInt(t, "KINETIC_DIFF_TIMEOUT_MS", 10000)) * time.Millisecond,
 		maxMis:     envInt(t, "KINETIC_DIFF_MAX_MISMATCHES", 1000),
 		show:       envInt(t, "KINETIC_DIFF_SHOW", 2),
 		list:       envInt(t, "KINETIC_DIFF_LIST", 20),
