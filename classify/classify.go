@@ -176,6 +176,10 @@ type Statement struct {
 	// ALTER … SET UNLOGGED or SET LOGGED): what the router knows of
 	// unlogged relations may be out of date once it ran.
 	Unlogs bool
+	// NoWAL: the statement writes no WAL wherever it runs (SET, RESET,
+	// LISTEN, UNLISTEN, NOTIFY), so a unit of only such statements needs
+	// no new token.
+	NoWAL bool
 	// Cancels lists the calls pg_cancel_backend(pid) of a SELECT whose
 	// argument is an integer constant or a parameter ($n, maybe cast), in
 	// order: the router relays such a cancel of a session's primary

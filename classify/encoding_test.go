@@ -21,12 +21,12 @@ func TestNonUTF8Texts(t *testing.T) {
 		{"SET application_name = 'caf\xe9'", Decision{
 			Kind: KindRead, Reason: ReasonRead, Control: true,
 			Statements: []Statement{{Kind: KindRead, Reason: ReasonRead, Effect: EffectSet,
-				Setting: Setting{Name: "application_name", Value: "caf\xe9"}}},
+				Setting: Setting{Name: "application_name", Value: "caf\xe9"}, NoWAL: true}},
 		}},
 		{"SET search_path = sch\xe9ma, public", Decision{
 			Kind: KindRead, Reason: ReasonRead, Control: true,
 			Statements: []Statement{{Kind: KindRead, Reason: ReasonRead, Effect: EffectSet,
-				Setting: Setting{Name: "search_path", Value: "\"sch\xe9ma\", public"}}},
+				Setting: Setting{Name: "search_path", Value: "\"sch\xe9ma\", public"}, NoWAL: true}},
 		}},
 		{"INSERT INTO t VALUES ('\xff\xfe')", Decision{
 			Kind: KindWrite, Reason: ReasonWrite,

@@ -60,7 +60,9 @@ func (c *Classifier) utility(n *pg.Node) Statement {
 	case *pg.Node_TransactionStmt:
 		return transaction(s.TransactionStmt)
 	case *pg.Node_VariableSetStmt:
-		return setStatement(s.VariableSetStmt)
+		st := setStatement(s.VariableSetStmt)
+		st.NoWAL = true
+		return st
 	case *pg.Node_VariableShowStmt:
 		if serverRoleSetting(s.VariableShowStmt.GetName()) {
 			return write() // the session's primary answers (walk.go)
@@ -105,16 +107,19 @@ func (c *Classifier) utility(n *pg.Node) Statement {
 		return read()
 
 	// Notifications.
+	// (The notification queue is not WAL-logged.)
 	case *pg.Node_ListenStmt:
 		st := write()
-		st.Effect = EffectPin
+		st.Effect, st.NoWAL = EffectPin, true
 		return st
 	case *pg.Node_UnlistenStmt:
 		st := write()
-		st.Effect = EffectUnlisten
+		st.Effect, st.NoWAL = EffectUnlisten, true
 		return st
 	case *pg.Node_NotifyStmt:
-		return write()
+		st := write()
+		st.NoWAL = true
+		return st
 
 	// Writes whose expressions are executed (pins may hide in them).
 	case *pg.Node_CreateTableAsStmt: // CREATE TABLE AS, SELECT INTO's analysed form, CREATE MATERIALIZED VIEW

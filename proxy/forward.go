@@ -523,7 +523,9 @@ func (ss *session) endStream(l *link, typ byte) error {
 	ss.flow.close()
 	ss.flow.replay = nil
 	defer ss.unclaim(l) // claimed by routeBatch for the whole open unit
-	if err := ss.afterUnit(l, ss.flow.unit, false); err != nil {
+	u := ss.flow.unit
+	u.mayWAL = true // (its later parts were not all classified)
+	if err := ss.afterUnit(l, u, false); err != nil {
 		return err
 	}
 	if err := l.conn.W.Flush(); err != nil {
@@ -854,7 +856,9 @@ func (ss *session) endReplicaStream(l *link) (moved bool, err error) {
 	ss.mu.Unlock()
 	ss.flow.close()
 	defer ss.unclaim(l)
-	if err := ss.afterUnit(l, ss.flow.unit, false); err != nil {
+	u := ss.flow.unit
+	u.mayWAL = true // (its later parts were not all classified)
+	if err := ss.afterUnit(l, u, false); err != nil {
 		return false, err
 	}
 	if err := l.conn.W.Flush(); err != nil {
@@ -1613,7 +1617,7 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 	}
 	ss.mu.Lock()
 	inTx := ss.mu.tx != 'I' && !u.txEnd
-	if !l.replica && (!inTx || u.txEnd) {
+	if !l.replica && (!inTx || u.txEnd) && u.mayWAL {
 		kind := byte(captureWrite)
 		if u.read {
 			kind = captureRead
@@ -1996,7 +2000,7 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 	ds := ss.classified[:0]
 	defer func() { ss.classified = ds }()
 	if oversized {
-		u.read, u.reason = false, reasonUnclassified
+		u.read, u.reason, u.mayWAL = false, reasonUnclassified, true
 	}
 	var local map[string]int // statements parsed in this batch: their index in ds
 	// With routing off every unit goes to the primary, so nothing needs
@@ -2019,6 +2023,7 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 			// proxy still answers SHOW pg_kinetic.last_route by its text),
 			// unless transaction pooling must learn the unit's session
 			// effects, which a plain SELECT without calls provably has not.
+			u.mayWAL = true
 			return
 		}
 		c.Decision = ss.classifier.Classify(query)
@@ -2038,7 +2043,7 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 		case 'P':
 			name, query, err := parseNames(body)
 			if err != nil {
-				u.read, u.reason = false, reasonUnclassified
+				u.read, u.reason, u.mayWAL = false, reasonUnclassified, true
 				continue
 			}
 			if local == nil {
@@ -2049,7 +2054,7 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 		case 'B':
 			name, err := bindStatement(body)
 			if err != nil {
-				u.read, u.reason = false, reasonUnclassified
+				u.read, u.reason, u.mayWAL = false, reasonUnclassified, true
 				continue
 			}
 			if i, ok := local[name]; ok {
@@ -2066,14 +2071,15 @@ func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 			} else if p, ok := ss.client.sqlPrepared[name]; ok {
 				// A Bind of a statement PREPAREd in SQL (one namespace)
 				// reads when the prepared statement does.
+				u.mayWAL = true
 				if p.inner != classify.KindRead {
 					u.read, u.reason = false, reasonWrite
 				}
 			} else {
-				u.read, u.reason = false, reasonUnclassified
+				u.read, u.reason, u.mayWAL = false, reasonUnclassified, true
 			}
 		case 'F':
-			u.read, u.reason = false, reasonWrite
+			u.read, u.reason, u.mayWAL = false, reasonWrite, true
 		}
 	}
 	return u, ds
@@ -2118,6 +2124,8 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 	read, reason := d.Kind == classify.KindRead, d.Reason
 	if len(d.Statements) > 0 {
 		read, reason = true, ""
+	} else {
+		u.mayWAL = true // (not parsed)
 	}
 	// The functions and relations to look up: the classifier's union
 	// when it found a read; when it did not, the router may still (SQL
@@ -2126,6 +2134,9 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 	gather := d.Kind != classify.KindRead
 	for i, st := range d.Statements {
 		stRead, stReason := st.Kind == classify.KindRead, st.Reason
+		if !st.NoWAL {
+			u.mayWAL = true
+		}
 		if gather {
 			funcs = append(funcs, st.Funcs...)
 			rels = append(rels, st.Relations...)

@@ -64,6 +64,10 @@ type unitInfo struct {
 	restore   string   // the client's startup values its RESETs reset (restoreQuery), "" if none
 	copyIn    bool     // COPY ... FROM STDIN
 	cancels   []uint32 // PIDs it calls pg_cancel_backend for (constants, bound parameters)
+	// mayWAL: some statement may write WAL (not provably SET, LISTEN,
+	// UNLISTEN or NOTIFY; anything unclassified): after it, on the
+	// primary, the session's token and floor are brought up to date.
+	mayWAL bool
 
 	// Freshness hints (SPEC §4).
 	staleOK, strict bool

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -1160,5 +1161,50 @@ func TestSQLCancelReachesTheReplica(t *testing.T) {
 	stopped(done, "pg_cancel_backend(constant), simple protocol")
 	if p := portOf(t, ctx, victim, "select inet_server_port()"); !cl.StandbyPorts()[p] {
 		t.Errorf("after the cancels the next read ran on %d", p)
+	}
+}
+
+// TestListenThenSilence: a client that ran LISTEN (or SET, UNLISTEN,
+// NOTIFY) and waits for its socket to become readable must see nothing
+// until a notification comes, as on PostgreSQL. kineticd sent such a unit's
+// WAL position as ParameterStatus pg_kinetic.write_lsn a few milliseconds
+// after its ReadyForQuery, which woke the client with no notification
+// (psycopg2's own test_notifies_received_on_poll: select() returned after
+// 9 ms). These statements write no WAL, so they need no position. A write
+// still gets its token after its ReadyForQuery.
+func TestListenThenSilence(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 60*time.Second)
+	silent := func(t *testing.T, c *pgx.Conn, what string) {
+		t.Helper()
+		nc := c.PgConn().Conn()
+		nc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		defer nc.SetReadDeadline(time.Time{})
+		var b [64]byte
+		if n, err := nc.Read(b[:]); err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("after %s the client received %q (%v); want nothing until a notification", what, b[:n], err)
+		}
+	}
+	for _, sql := range []string{"listen kinetic_silence", "set application_name = 'silence'", "notify kinetic_silence_other", "unlisten kinetic_silence"} {
+		c := connect(t, ctx, px.AppDSN())
+		if _, err := c.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+		silent(t, c, sql)
+		c.Close(ctx)
+	}
+	// A write's token still arrives after its ReadyForQuery.
+	c := connect(t, ctx, px.AppDSN())
+	tbl := uniqueIdent("silence_t")
+	if _, err := c.Exec(ctx, "create table "+tbl+" (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Primary.Exec(context.Background(), "drop table if exists "+tbl) })
+	if _, err := c.Exec(ctx, "select 1"); err != nil {
+		t.Fatal(err)
+	}
+	if c.PgConn().ParameterStatus("pg_kinetic.write_lsn") == "" {
+		t.Error("no pg_kinetic.write_lsn after a write")
 	}
 }
