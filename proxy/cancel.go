@@ -55,7 +55,6 @@ func (s *Server) cancel(k cancelKey) {
 // until it is delivered (awaitTimeoutCancel), so it cannot reach the
 // client's next unit.
 func (ss *session) cancelRunning(timedOut time.Time) {
-	s := ss.srv
 	ss.mu.Lock()
 	l := ss.mu.cur
 	if l == nil {
@@ -63,7 +62,7 @@ func (ss *session) cancelRunning(timedOut time.Time) {
 	}
 	stale := !timedOut.IsZero() && (ss.mu.pending == 0 || !ss.mu.tmo.unitAt.Equal(timedOut))
 	idle := l == nil || stale || ss.txPool && ss.idleLocked()
-	if timedOut.IsZero() && ss.mu.queueCancel != nil && (idle || l.batches == l.rfqs && !(l == ss.mu.cur && ss.mu.unsynced)) {
+	if timedOut.IsZero() && ss.mu.queueCancel != nil && (idle || !ss.runsOnLocked(l)) {
 		// Nothing runs, and the unit the client waits on waits for a
 		// server connection: it fails with 57014 and never runs (as
 		// PostgreSQL would have cancelled it running), instead of
@@ -87,15 +86,28 @@ func (ss *session) cancelRunning(timedOut time.Time) {
 	}
 	ss.mu.Unlock()
 	defer ss.unclaim(l)
-	srv := l.conn
-	if err := sendCancel(srv.Addr, srv.PID, srv.SecretKey, s.opts.connectTimeout); err != nil {
-		ss.log.Warn("relaying cancel request failed", zap.String("server", srv.Addr), zap.Error(err))
-	}
+	ss.sendCancelOn(l)
 	if !timedOut.IsZero() {
 		ss.mu.Lock()
 		l.cancelling.Store(false)
 		ss.readers.Broadcast() // awaitTimeoutCancel
 		ss.mu.Unlock()
+	}
+}
+
+// runsOnLocked reports whether a unit of the session is in flight on l:
+// written and not yet answered, or an open batch (no Sync yet) there.
+// Callers hold ss.mu.
+func (ss *session) runsOnLocked(l *link) bool {
+	return l.batches > l.rfqs || l == ss.mu.cur && ss.mu.unsynced
+}
+
+// sendCancelOn sends a CancelRequest for l's server backend; the caller
+// holds a claim on l, so its connection serves no other session meanwhile.
+func (ss *session) sendCancelOn(l *link) {
+	srv := l.conn
+	if err := sendCancel(srv.Addr, srv.PID, srv.SecretKey, ss.srv.opts.connectTimeout); err != nil {
+		ss.log.Warn("relaying cancel request failed", zap.String("server", srv.Addr), zap.Error(err))
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
-	"go.uber.org/zap"
 )
 
 // pendingCancel is a unit sent to the primary at server that calls
@@ -139,14 +138,11 @@ func (s *Server) relayCancels(server string, pids []uint32) {
 func (ss *session) cancelOnReplica(server string) {
 	ss.mu.Lock()
 	p, l := ss.mu.primary, ss.mu.cur
-	running := l != nil && (l.batches > l.rfqs || ss.mu.unsynced)
-	if ss.txPool || p == nil || p.addr != server || p.conn.PID != ss.key.pid || !running || !l.replica || !l.claimLocked() {
+	if ss.txPool || p == nil || p.addr != server || p.conn.PID != ss.key.pid || l == nil || !l.replica || !ss.runsOnLocked(l) || !l.claimLocked() {
 		ss.mu.Unlock()
 		return
 	}
 	ss.mu.Unlock()
 	defer ss.unclaim(l)
-	if err := sendCancel(l.conn.Addr, l.conn.PID, l.conn.SecretKey, ss.srv.opts.connectTimeout); err != nil {
-		ss.log.Warn("relaying pg_cancel_backend to the replica failed", zap.String("server", l.conn.Addr), zap.Error(err))
-	}
+	ss.sendCancelOn(l)
 }
