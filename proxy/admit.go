@@ -293,7 +293,7 @@ func (ss *session) readStartup(body []byte) error {
 			ss.queryClass = st.value
 		case strings.HasPrefix(name, "pg_kinetic."):
 		default:
-			ss.mu.startup = append(ss.mu.startup, st)
+			ss.mu.settings.startup = append(ss.mu.settings.startup, st)
 		}
 	}
 	return nil

@@ -118,10 +118,10 @@ func (ss *session) loginServer(route *config.Route) (srv *pool.Conn, p *pool.Poo
 // applyStartupSettings gives srv the client's startup settings (the
 // session's settings key) unless it holds them already.
 func (ss *session) applyStartupSettings(srv *pool.Conn, p *pool.Pool) error {
-	ss.mu.settingsKey = settingsQuery(ss.mu.startup)
+	ss.mu.settings.settingsKey = settingsQuery(ss.mu.settings.startup)
 	st := stateOf(srv)
-	if st.settings != ss.mu.settingsKey {
-		q := ss.mu.settingsKey
+	if st.settings != ss.mu.settings.settingsKey {
+		q := ss.mu.settings.settingsKey
 		if st.settings != "" {
 			q = "RESET ALL; " + q
 		}
@@ -134,7 +134,7 @@ func (ss *session) applyStartupSettings(srv *pool.Conn, p *pool.Pool) error {
 			ss.releaseServer(srv, p, false)
 			return err
 		}
-		st.settings = ss.mu.settingsKey
+		st.settings = ss.mu.settings.settingsKey
 	}
 	return nil
 }
@@ -155,8 +155,8 @@ func (ss *session) greet(params map[string]string) error {
 	for _, k := range names {
 		msgs = append(msgs, &pgproto3.ParameterStatus{Name: k, Value: params[k]})
 	}
-	ss.params.startup = make(map[string]string, len(ss.mu.startup))
-	for _, st := range ss.mu.startup {
+	ss.params.startup = make(map[string]string, len(ss.mu.settings.startup))
+	for _, st := range ss.mu.settings.startup {
 		ss.params.startup[strings.ToLower(st.name)] = st.value
 	}
 	ss.wmu.Lock()

@@ -156,12 +156,9 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			// Sync: the messages before it are routed as an open unit,
 			// and it follows them to their server as part of it
 			// (streamedCall).
-			l, skipRest, err := ss.openUnit(&b)
-			b.reset()
-			if err != nil {
+			if err := ss.openBefore(&b); err != nil {
 				return true, err
 			}
-			ss.flow.open(l, skipRest)
 			if ss.flow.state == skipping {
 				if err := wire.Discard(ss.r, h.Len); err != nil {
 					return false, errClientGone{err}
@@ -213,26 +210,46 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			ss.flow.open(l, l == nil) // nil: rejected, the server would skip to Sync too
 			continue
 		}
-		switch h.Type {
-		case 'S', 'H':
-			if plan := ss.localPlan(&b); plan != nil {
-				// SHOW/SET/RESET pg_kinetic.* in the extended protocol.
-				open, skipRest, err := ss.runWithLocal(&b, plan, nil)
-				b.reset()
-				if err != nil {
-					return true, err
-				}
-				ss.flow.open(open, skipRest)
-				continue
-			}
-		}
-		switch h.Type {
-		case 'S', 'Q', 'F', 'H':
-			if err := ss.routeUnit(&b, h.Type == 'H'); err != nil {
-				return true, err
-			}
+		if err := ss.endBatch(&b, h.Type); err != nil {
+			return true, err
 		}
 	}
+}
+
+// openBefore routes the extended messages read so far, with no Sync after
+// them, as an open unit: a Query or FunctionCall follows them to their
+// server as part of it (streamedCall).
+func (ss *session) openBefore(b *batch) error {
+	l, skipRest, err := ss.openUnit(b)
+	b.reset()
+	if err != nil {
+		return err
+	}
+	ss.flow.open(l, skipRest)
+	return nil
+}
+
+// endBatch routes the batch when its last message, of type typ, ends a
+// unit (Sync, Query, FunctionCall) or asks for its answers (Flush); any
+// other message leaves the batch to grow. SHOW/SET/RESET pg_kinetic.* in
+// the extended protocol is answered by the proxy (runWithLocal).
+func (ss *session) endBatch(b *batch, typ byte) error {
+	switch typ {
+	case 'S', 'H':
+		if plan := ss.localPlan(b); plan != nil {
+			open, skipRest, err := ss.runWithLocal(b, plan, nil)
+			b.reset()
+			if err != nil {
+				return err
+			}
+			ss.flow.open(open, skipRest)
+			return nil
+		}
+		return ss.routeUnit(b, typ == 'H')
+	case 'Q', 'F':
+		return ss.routeUnit(b, false)
+	}
+	return nil
 }
 
 // readClientHeader reads the next client message's header and checks it:
@@ -1892,7 +1909,7 @@ func (ss *session) unitFacts(u unitInfo) (unitFacts, health.Verdict) {
 		f.token, f.prior = ss.mu.fresh.token, ss.mu.fresh.prior
 	}
 	f.unsure = ss.mu.fresh.unsure
-	f.serializable = serializableByDefault(ss.mu.startup, ss.mu.session)
+	f.serializable = serializableByDefault(ss.mu.settings.startup, ss.mu.settings.session)
 	ss.mu.Unlock()
 	f.stage, f.rolledBack = ss.srv.rollout.get(ss.route.Name)
 	f.staysPut = (u.read || u.txStart) && ss.staysPut(u)
@@ -2101,26 +2118,7 @@ func mayBeShow(q []byte) bool {
 
 // merge folds one statement string's classification into the unit.
 func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
-	if d.Hints.Primary {
-		u.hintPrim = true
-	}
-	if d.Hints.StaleOK {
-		u.staleOK = true
-	}
-	if d.Hints.Class != "" && u.class == "" {
-		u.class = d.Hints.Class
-	}
-
-	if d.Hints.StrictFresh {
-		u.strict = true
-	}
-	if d.Hints.MinLSN != "" {
-		if t, err := freshness.ParseToken(d.Hints.MinLSN); err != nil {
-			u.hintErr = "pg-kinetic: invalid min_lsn hint " + strconv.Quote(d.Hints.MinLSN) + ": " + err.Error()
-		} else if u.minLSN.Less(t) {
-			u.minLSN = t
-		}
-	}
+	u.mergeHints(d.Hints)
 	read, reason := d.Kind == classify.KindRead, d.Reason
 	if len(d.Statements) > 0 {
 		read, reason = true, ""
@@ -2132,52 +2130,14 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 	// EXECUTE of a prepared read), so they are gathered here.
 	funcs, rels := d.Funcs, d.Relations
 	gather := d.Kind != classify.KindRead
-	for i, st := range d.Statements {
-		stRead, stReason := st.Kind == classify.KindRead, st.Reason
-		if !st.NoWAL {
-			u.mayWAL = true
-		}
+	for i := range d.Statements {
+		st := &d.Statements[i]
 		if gather {
 			funcs = append(funcs, st.Funcs...)
 			rels = append(rels, st.Relations...)
 		}
-		switch st.Tx {
-		case classify.TxBegin, classify.TxBeginReadWrite:
-			stRead, stReason = false, reasonWrite
-			u.begins, u.lastTx = true, 'b'
-		case classify.TxBeginReadOnly:
-			u.begins, u.lastTx = true, 'b'
-		case classify.TxEnd:
-			u.txEnd = true
-			if !st.Chain {
-				u.lastTx = 'e'
-			} else {
-				u.chained = true
-			}
-			if !st.Rollback {
-				u.commits = true
-			}
-		}
-		if st.CopyIn {
-			u.copyIn = true
-		}
-		if st.Unlogs {
-			ss.srv.forgetUnlogged(ss)
-		}
-		switch st.Tx {
-		case classify.TxBeginReadOnly:
-			if first && i == 0 {
-				u.txStart = true
-			}
-		case classify.TxSetReadOnly:
-			if first && i == 0 && ss.deferred != "" {
-				u.txStart = true
-			}
-		}
-		switch st.Effect {
-		case classify.EffectPin:
-			u.pinEffect = true
-		case classify.EffectExecute:
+		stRead, stReason := ss.mergeStatement(u, st, first && i == 0, len(d.Statements) > 1)
+		if st.Effect == classify.EffectExecute {
 			p, ok := ss.client.sqlPrepared[st.PrepareName]
 			stRead = ok && p.inner == classify.KindRead && !st.ParamsWrite
 			stReason = reasonWrite
@@ -2186,10 +2146,6 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 				// this statement's own (EXECUTE names neither).
 				funcs = append(slices.Clip(funcs), p.funcs...)
 				rels = append(slices.Clip(rels), p.rels...)
-			}
-		case classify.EffectPrepare:
-			if len(d.Statements) > 1 {
-				u.pinEffect = true // its text cannot be replayed on its own
 			}
 		}
 		if !stRead && read {
@@ -2211,6 +2167,75 @@ func (ss *session) merge(u *unitInfo, d *classify.Decision, first bool) {
 		}
 		u.reason = reason
 	}
+}
+
+// mergeHints folds one statement string's hint comment into the unit.
+func (u *unitInfo) mergeHints(h classify.Hints) {
+	if h.Primary {
+		u.hintPrim = true
+	}
+	if h.StaleOK {
+		u.staleOK = true
+	}
+	if h.Class != "" && u.class == "" {
+		u.class = h.Class
+	}
+	if h.StrictFresh {
+		u.strict = true
+	}
+	if h.MinLSN != "" {
+		if t, err := freshness.ParseToken(h.MinLSN); err != nil {
+			u.hintErr = "pg-kinetic: invalid min_lsn hint " + strconv.Quote(h.MinLSN) + ": " + err.Error()
+		} else if u.minLSN.Less(t) {
+			u.minLSN = t
+		}
+	}
+}
+
+// mergeStatement folds one parsed statement's transaction control, WAL,
+// COPY and pinning effects into the unit, and reports whether it may run
+// on a replica on its own (an EXECUTE is settled by merge). opens says it
+// is the unit's first statement; many that its string holds others.
+func (ss *session) mergeStatement(u *unitInfo, st *classify.Statement, opens, many bool) (read bool, reason string) {
+	read, reason = st.Kind == classify.KindRead, st.Reason
+	if !st.NoWAL {
+		u.mayWAL = true
+	}
+	switch st.Tx {
+	case classify.TxBegin, classify.TxBeginReadWrite:
+		read, reason = false, reasonWrite
+		u.begins, u.lastTx = true, 'b'
+	case classify.TxBeginReadOnly:
+		u.begins, u.lastTx = true, 'b'
+		u.txStart = u.txStart || opens
+	case classify.TxSetReadOnly:
+		u.txStart = u.txStart || opens && ss.deferred != ""
+	case classify.TxEnd:
+		u.txEnd = true
+		if !st.Chain {
+			u.lastTx = 'e'
+		} else {
+			u.chained = true
+		}
+		if !st.Rollback {
+			u.commits = true
+		}
+	}
+	if st.CopyIn {
+		u.copyIn = true
+	}
+	if st.Unlogs {
+		ss.srv.forgetUnlogged(ss)
+	}
+	switch st.Effect {
+	case classify.EffectPin:
+		u.pinEffect = true
+	case classify.EffectPrepare:
+		if many {
+			u.pinEffect = true // its text cannot be replayed on its own
+		}
+	}
+	return read, reason
 }
 
 // recordEffects notes the session effects of a unit's statements: pinning
@@ -2271,7 +2296,7 @@ func (ss *session) recordEffects(ds []*classified) {
 // injected (its responses never reach the client).
 func (ss *session) prepareLink(l *link, ds []*classified) error {
 	ss.mu.Lock()
-	key, dgen := ss.mu.settingsKey, ss.mu.discardGen
+	key, dgen := ss.mu.settings.settingsKey, ss.mu.settings.discardGen
 	st := l.st
 	inUnit := "" // settings to make inside the unit's transaction
 	if ss.mu.movedEffects {
@@ -2443,15 +2468,15 @@ func (ss *session) settleEffects(n, drop int, ok bool) {
 				ss.applySetting(e.setting)
 			case classify.EffectDiscardAll:
 				// (Its statements went when it was sent: discardNow.)
-				ss.mu.session = nil
+				ss.mu.settings.session = nil
 				ss.mu.pinned = ""
-				ss.mu.discardGen++
+				ss.mu.settings.discardGen++
 				if ss.mu.cur != nil {
-					ss.mu.cur.st.discardOwner, ss.mu.cur.st.discardGen = ss.id, ss.mu.discardGen
+					ss.mu.cur.st.discardOwner, ss.mu.cur.st.discardGen = ss.id, ss.mu.settings.discardGen
 				}
 			}
 		}
-		ss.mu.settingsKey = settingsQuery(append(slices.Clip(ss.mu.startup), ss.mu.session...))
+		ss.mu.settings.settingsKey = settingsQuery(append(slices.Clip(ss.mu.settings.startup), ss.mu.settings.session...))
 		if ss.mu.cur != nil {
 			// The server that ran them has them; after DISCARD ALL it is
 			// back at its defaults, without the startup settings too.
@@ -2469,7 +2494,7 @@ func (ss *session) settleEffects(n, drop int, ok bool) {
 				// them all.
 				ss.mu.cur.st.settings = settingsUnknown
 			default:
-				ss.mu.cur.st.settings = ss.mu.settingsKey
+				ss.mu.cur.st.settings = ss.mu.settings.settingsKey
 			}
 		}
 	}
@@ -2572,7 +2597,7 @@ func hasDiscard(es []effect) bool {
 // applySetting records a SET/RESET in the session's settings. Callers hold
 // ss.mu.
 func (ss *session) applySetting(s classify.Setting) {
-	ss.mu.session = withSetting(ss.mu.session, ss.mu.startup, s)
+	ss.mu.settings.session = withSetting(ss.mu.settings.session, ss.mu.settings.startup, s)
 }
 
 // withSetting returns session (the session's settings, reused) with s
@@ -2610,19 +2635,19 @@ func (ss *session) movedSettingsKeyLocked() string {
 	// Only the unit's own (those of earlier units belong to a block the
 	// unit's part on the replica ended, or that failed), and none a
 	// ROLLBACK of the unit undid.
-	sess := slices.Clone(ss.mu.session)
+	sess := slices.Clone(ss.mu.settings.session)
 	for _, e := range ss.mu.effects {
 		switch {
 		case e.seq != ss.mu.unitSeq || e.commit:
 		case e.rollback:
-			sess = slices.Clone(ss.mu.session)
+			sess = slices.Clone(ss.mu.settings.session)
 		case e.kind == classify.EffectSet:
-			sess = withSetting(sess, ss.mu.startup, e.setting)
+			sess = withSetting(sess, ss.mu.settings.startup, e.setting)
 		case e.kind == classify.EffectDiscardAll:
 			sess = nil
 		}
 	}
-	return settingsQuery(append(slices.Clip(ss.mu.startup), sess...))
+	return settingsQuery(append(slices.Clip(ss.mu.settings.startup), sess...))
 }
 
 // awaitReadyForQuery waits, at most 2 s, until l's server has answered

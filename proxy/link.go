@@ -578,50 +578,9 @@ func (ss *session) dropMessage(l *link, h wire.Header, st relayStep, body []byte
 		}
 		switch h.Type {
 		case 'S':
-			var ps pgproto3.ParameterStatus
-			if ps.Decode(body) == nil {
-				srv.Params[ps.Name] = ps.Value
-				if st.head.keepParams {
-					ss.mu.Lock()
-					ss.mu.heldParams = append(ss.mu.heldParams, ps)
-					ss.mu.Unlock()
-				}
-				if st.head.undoneParams {
-					ss.wmu.Lock()
-					ss.params.undone = append(ss.params.undone, ps)
-					ss.wmu.Unlock()
-				}
-			}
+			ss.droppedParam(l, st, body)
 		case 'E':
-			if (st.deferFatal || !l.replica && !ss.txPool) && isFatal(body) {
-				// (Also a FATAL in place of the answer to the
-				// proxy's own message on the primary.)
-				// Units wait while this is decided (routeBatch).
-				ss.mu.Lock()
-				ss.mu.checkingPrimary = true
-				ss.mu.Unlock()
-				if ss.serverUp(l.addr) {
-					// Terminated: the session ends with the error,
-					// also when a replica was answering it (its
-					// statement is cancelled, as the server's own
-					// would have been interrupted).
-					ss.endWithServerError(body)
-				}
-				ss.mu.Lock()
-				ss.mu.checkingPrimary = false
-				ss.turn.Broadcast()
-				ss.mu.Unlock()
-			}
-			// Dropped: the client was not told, so a failure that
-			// follows is reported to it by the proxy.
-			if st.head.kind != 0 {
-				ss.log.Warn("a statement the proxy injected failed", zap.String("server", l.addr), zap.String("error", errorText(body)))
-			}
-			if st.head.undo != nil {
-				ss.mu.Lock()
-				l.undo = append(l.undo, *st.head.undo)
-				ss.mu.Unlock()
-			}
+			ss.droppedError(l, st, body)
 		}
 	} else if err := wire.Discard(srv.R, h.Len); err != nil {
 		ss.linkFailed(l, err, false)
@@ -651,6 +610,60 @@ func (ss *session) dropMessage(l *link, h wire.Header, st relayStep, body []byte
 		return body, errReleased
 	}
 	return body, nil
+}
+
+// droppedParam records a ParameterStatus dropped from l: the server's
+// value, and for the client the values of a Sync of the proxy's own
+// (heldParams) or of a batch that failed (params.undone).
+func (ss *session) droppedParam(l *link, st relayStep, body []byte) {
+	var ps pgproto3.ParameterStatus
+	if ps.Decode(body) != nil {
+		return
+	}
+	l.conn.Params[ps.Name] = ps.Value
+	if st.head.keepParams {
+		ss.mu.Lock()
+		ss.mu.heldParams = append(ss.mu.heldParams, ps)
+		ss.mu.Unlock()
+	}
+	if st.head.undoneParams {
+		ss.wmu.Lock()
+		ss.params.undone = append(ss.params.undone, ps)
+		ss.wmu.Unlock()
+	}
+}
+
+// droppedError handles an ErrorResponse dropped from l. A FATAL of the
+// session's own primary backend (or in place of the answer to the proxy's
+// own message there) ends the session with it when the server is still
+// up: the backend was terminated. An injected statement's failure is
+// logged and its undo recorded: the client was not told, so a failure
+// that follows is reported to it by the proxy.
+func (ss *session) droppedError(l *link, st relayStep, body []byte) {
+	if (st.deferFatal || !l.replica && !ss.txPool) && isFatal(body) {
+		// Units wait while this is decided (routeBatch).
+		ss.mu.Lock()
+		ss.mu.checkingPrimary = true
+		ss.mu.Unlock()
+		if ss.serverUp(l.addr) {
+			// Terminated: the session ends with the error, also when a
+			// replica was answering it (its statement is cancelled, as
+			// the server's own would have been interrupted).
+			ss.endWithServerError(body)
+		}
+		ss.mu.Lock()
+		ss.mu.checkingPrimary = false
+		ss.turn.Broadcast()
+		ss.mu.Unlock()
+	}
+	if st.head.kind != 0 {
+		ss.log.Warn("a statement the proxy injected failed", zap.String("server", l.addr), zap.String("error", errorText(body)))
+	}
+	if st.head.undo != nil {
+		ss.mu.Lock()
+		l.undo = append(l.undo, *st.head.undo)
+		ss.mu.Unlock()
+	}
 }
 
 // serverToClient relays l's messages to the client, dropping responses to
@@ -706,34 +719,15 @@ func (ss *session) serverToClient(l *link) error {
 			continue
 		}
 		if h.Type == 'Z' {
-			ss.awaitTimeoutCancel(l) // timeouts.go
-			if werr := ss.reportHeldParams(); werr != nil {
-				ss.conn.Close()
-				return werr
-			}
-			if werr := ss.reportResets(l); werr != nil {
+			if werr := ss.beforeReady(l); werr != nil {
 				ss.conn.Close()
 				return werr
 			}
 		}
-		preread := false
-		if l.shapeNext != "" && h.Type != 'T' && h.Type != 'n' && h.Type != 't' {
-			l.shapeNext = "" // (no row description follows: nothing to note)
-		}
-		if (h.Type == 'E' && (l.queryTimedOut.Load() || l.staleBinds.Load()) || l.shapeNext != "" && h.Type != 't') &&
-			h.Len <= wire.MaxSmallBodyLen*100 {
-			if body, err = wire.ReadBody(srv.R, h.Len, body); err != nil {
-				ss.linkFailed(l, err, sawFatal)
-				return errServerGone
-			}
-			if h.Type == 'E' {
-				body = ss.rewriteError(l, body)
-			} else {
-				ss.mu.Lock()
-				ss.noteShapeLocked(l, h.Type, body)
-				ss.mu.Unlock()
-			}
-			h.Len, preread = len(body), true
+		var preread bool
+		if body, preread, err = ss.preread(l, &h, body); err != nil {
+			ss.linkFailed(l, err, sawFatal)
+			return errServerGone
 		}
 		var closeNow bool
 		var werr error
@@ -758,6 +752,45 @@ func (ss *session) serverToClient(l *link) error {
 			return errReleased
 		}
 	}
+}
+
+// beforeReady runs before l's ReadyForQuery reaches the client: a query
+// timeout's cancel settles (timeouts.go), and the ParameterStatus messages
+// held back or owed after a RESET go first. An error is the client's.
+func (ss *session) beforeReady(l *link) error {
+	ss.awaitTimeoutCancel(l)
+	if err := ss.reportHeldParams(); err != nil {
+		return err
+	}
+	return ss.reportResets(l)
+}
+
+// preread reads the body of a message the relay changes or notes before it
+// goes on: an ErrorResponse after a query timeout or with stale binds
+// (rewriteError), a row description whose shape is noted for a statement
+// (noteShapeLocked). It reports whether it read the body, which h's
+// length then measures; an error is the server's.
+func (ss *session) preread(l *link, h *wire.Header, body []byte) ([]byte, bool, error) {
+	if l.shapeNext != "" && h.Type != 'T' && h.Type != 'n' && h.Type != 't' {
+		l.shapeNext = "" // (no row description follows: nothing to note)
+	}
+	if !(h.Type == 'E' && (l.queryTimedOut.Load() || l.staleBinds.Load()) || l.shapeNext != "" && h.Type != 't') ||
+		h.Len > wire.MaxSmallBodyLen*100 {
+		return body, false, nil
+	}
+	body, err := wire.ReadBody(l.conn.R, h.Len, body)
+	if err != nil {
+		return body, false, err
+	}
+	if h.Type == 'E' {
+		body = ss.rewriteError(l, body)
+	} else {
+		ss.mu.Lock()
+		ss.noteShapeLocked(l, h.Type, body)
+		ss.mu.Unlock()
+	}
+	h.Len = len(body)
+	return body, true, nil
 }
 
 // retryableAnswer handles a message from l while a retryable read there
@@ -1099,7 +1132,7 @@ func (ss *session) reportResets(l *link) error {
 	out := ss.params.resetHeld
 	ss.params.resetHeld = nil
 	if !failed { // (a failed batch's RESET or DISCARD was rolled back)
-		for _, st := range ss.mu.startup {
+		for _, st := range ss.mu.settings.startup {
 			name := strings.ToLower(st.name)
 			if !n.all && !slices.Contains(n.names, name) {
 				continue
@@ -1291,9 +1324,9 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 		ss.unitEnded()
 		if ss.mu.pending == 0 {
 			ss.holdFallbackLocked(nil)
-			if !ss.mu.unitStart.IsZero() {
-				ss.srv.metrics.QueryDuration(ss.mu.unitTarget, time.Since(ss.mu.unitStart).Seconds())
-				ss.mu.unitStart = time.Time{}
+			if !ss.mu.last.start.IsZero() {
+				ss.srv.metrics.QueryDuration(ss.mu.last.target, time.Since(ss.mu.last.start).Seconds())
+				ss.mu.last.start = time.Time{}
 			}
 		}
 	}

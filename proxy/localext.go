@@ -400,101 +400,123 @@ func (ss *session) runWithLocal(b *batch, plan *localSplit, l *link) (open *link
 	} else {
 		term = 0 // a message of an open unit, more follow
 	}
-	// The server messages, for routing and writing in segments.
-	var srv batch
-	var srvIdx []int // index in b of each of srv's messages
-	for i := 0; i < end; i++ {
-		if !plan.local[i] {
-			m := b.msgs[i]
-			srv.add(m.typ, b.body(m))
-			srvIdx = append(srvIdx, i)
-		}
-	}
-	written := 0 // srv messages written to l
-	failed := false
-	writeUpTo := func(i int) error {
-		// Writes the server messages before b's message i.
-		n := written
-		for n < len(srvIdx) && srvIdx[n] < i {
-			n++
-		}
-		if n == written {
-			return nil
-		}
-		var seg batch
-		for _, m := range srv.msgs[written:n] {
-			seg.add(m.typ, srv.body(m))
-		}
-		if l == nil {
-			// The unit's first server messages: route the unit by all of
-			// them, write these.
-			srv.limit = n
-			routed, err := ss.routeBatch(&srv, true, false)
-			srv.limit = 0
-			if err != nil {
-				return err
-			}
-			if routed == nil {
-				failed = true // answered with an error: skip to Sync
-				return nil
-			}
-			l = routed
-			ss.flow.open(l, false)
-		} else if err := ss.write(l, &seg); err != nil {
-			return err
-		}
-		written = n
-		return nil
-	}
-
+	r := newLocalRun(ss, b, plan, end, l)
 	ended := 0 // plan.blockEnds passed
-	for i := 0; i < end && !failed; i++ {
+	for i := 0; i < end && !r.failed; i++ {
 		if !plan.local[i] {
 			continue
 		}
-		if err := writeUpTo(i); err != nil {
+		if err := r.writeUpTo(i); err != nil {
 			return nil, false, err
 		}
-		if failed {
+		if r.failed {
 			break
 		}
-		if l != nil {
-			// Everything before this message in the unit (this batch's
-			// server messages, or an open unit's earlier ones) is
-			// answered first; an error there fails the rest.
-			ok, err := ss.barrier(l)
-			if err != nil {
-				return nil, false, err
-			}
-			if !ok {
-				failed = true // the server failed the batch: it skips to Sync
-				break
-			}
-		} else {
-			ss.waitIdle()
+		if err := r.settle(); err != nil {
+			return nil, false, err
+		}
+		if r.failed {
+			break
 		}
 		if ended < len(plan.blockEnds) && plan.blockEnds[ended] < i {
 			// A COMMIT or ROLLBACK ran since the last message answered
-			// here (answered: the barrier): the portals made before it
-			// are gone, on the server and here.
+			// here (answered: settle): the portals made before it are
+			// gone, on the server and here.
 			for ended < len(plan.blockEnds) && plan.blockEnds[ended] < i {
 				ended++
 			}
 			clear(ss.client.kportals)
 		}
 		if e := ss.answerLocal(b.msgs[i].typ, b.body(b.msgs[i]), plan.exits[i]); e != nil {
-			if err := ss.localFailed(e, l); err != nil {
+			if err := ss.localFailed(e, r.l); err != nil {
 				return nil, false, err
 			}
-			failed = true
+			r.failed = true
 		}
 	}
-	if !failed {
-		if err := writeUpTo(end); err != nil {
+	if !r.failed {
+		if err := r.writeUpTo(end); err != nil {
 			return nil, false, err
 		}
 	}
-	return ss.endLocalBatch(term, l, failed)
+	return ss.endLocalBatch(term, r.l, r.failed)
+}
+
+// localRun is runWithLocal's way through a batch: its server messages,
+// how many of them are written, and the server they go to.
+type localRun struct {
+	ss      *session
+	srv     batch // the batch's server messages, for routing and writing in segments
+	srvIdx  []int // index in the batch of each of srv's messages
+	written int   // srv messages written to l
+	l       *link // the unit's server; nil until its first server messages are routed
+	failed  bool  // a message failed: the rest, up to Sync, is skipped
+}
+
+// newLocalRun collects the server messages among b's first end.
+func newLocalRun(ss *session, b *batch, plan *localSplit, end int, l *link) *localRun {
+	r := &localRun{ss: ss, l: l}
+	for i := 0; i < end; i++ {
+		if !plan.local[i] {
+			m := b.msgs[i]
+			r.srv.add(m.typ, b.body(m))
+			r.srvIdx = append(r.srvIdx, i)
+		}
+	}
+	return r
+}
+
+// writeUpTo writes the server messages before the batch's message i. The
+// unit's first ones route the unit, by all of its server messages; a
+// routing that answers with an error fails the run (the server would
+// skip to Sync).
+func (r *localRun) writeUpTo(i int) error {
+	n := r.written
+	for n < len(r.srvIdx) && r.srvIdx[n] < i {
+		n++
+	}
+	if n == r.written {
+		return nil
+	}
+	if r.l == nil {
+		r.srv.limit = n
+		routed, err := r.ss.routeBatch(&r.srv, true, false)
+		r.srv.limit = 0
+		if err != nil {
+			return err
+		}
+		if routed == nil {
+			r.failed = true
+			return nil
+		}
+		r.l = routed
+		r.ss.flow.open(r.l, false)
+	} else {
+		var seg batch
+		for _, m := range r.srv.msgs[r.written:n] {
+			seg.add(m.typ, r.srv.body(m))
+		}
+		if err := r.ss.write(r.l, &seg); err != nil {
+			return err
+		}
+	}
+	r.written = n
+	return nil
+}
+
+// settle waits until everything before a message the proxy answers is
+// answered: this batch's server messages, or an open unit's earlier ones
+// (a barrier on its server). An error there fails the run.
+func (r *localRun) settle() error {
+	if r.l == nil {
+		r.ss.waitIdle()
+		return nil
+	}
+	ok, err := r.ss.barrier(r.l)
+	if !ok && err == nil {
+		r.failed = true // the server failed the batch: it skips to Sync
+	}
+	return err
 }
 
 // localFailed sends the client the error of a message the proxy answered

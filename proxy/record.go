@@ -47,8 +47,7 @@ func (ss *session) recordRoute(d decision, ds []*classified) {
 // counts it for SHOW ROUTES.
 func (ss *session) setLastRoute(target, reason, lag, class string) {
 	ss.mu.Lock()
-	ss.mu.last = lastRoute{target: target, reason: reason, lag: lag}
-	ss.mu.unitStart, ss.mu.unitTarget = time.Now(), target
+	ss.mu.last = lastRoute{target: target, reason: reason, lag: lag, start: time.Now()}
 	ss.mu.Unlock()
 	if ss.route != nil {
 		ss.decisionCounter(class, target).Add(1)
@@ -66,8 +65,12 @@ func (ss *session) setLastRoute(target, reason, lag, class string) {
 }
 
 // lastRoute is what SHOW pg_kinetic.last_route reports, kept in parts so
-// recording it costs no allocation per unit.
-type lastRoute struct{ target, reason, lag string }
+// recording it costs no allocation per unit, and when the unit started
+// (zero once its duration is observed, at its ReadyForQuery).
+type lastRoute struct {
+	target, reason, lag string
+	start               time.Time
+}
 
 func (r lastRoute) String() string {
 	return "target=" + r.target + " reason=" + r.reason + " lag_ms=" + r.lag

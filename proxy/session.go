@@ -316,11 +316,8 @@ type session struct {
 		errDone uint64 // doneSeq when the last one did: the unit it answered
 		lastTag string // the last CommandComplete tag relayed
 
-		// Session state replayed on every server the session uses.
-		startup     []setting // from the startup packet
-		session     []setting // from SET outside SET LOCAL, in order; Reset entries remove
-		settingsKey string    // settingsQuery of startup+session settings, as servers record it
-		discardGen  uint64    // bumped by DISCARD ALL / DEALLOCATE ALL
+		// settings: the session state replayed on every server it uses.
+		settings replayedSettings
 		// undo: statement changes the server refused or skipped, to undo
 		// on the client's side (applyClientUndo); hasUndo says so without
 		// mu.
@@ -358,9 +355,7 @@ type session struct {
 		// settings are the session's (not settingsUnknown).
 		restored bool
 
-		last       lastRoute // SHOW pg_kinetic.last_route
-		unitStart  time.Time
-		unitTarget string
+		last lastRoute // SHOW pg_kinetic.last_route, and the unit's start for its duration
 
 		// Freshness (SPEC §5).
 		fresh     sessionFreshness

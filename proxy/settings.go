@@ -11,6 +11,15 @@ import (
 // with set_config on every server connection the session uses.
 type setting struct{ name, value string }
 
+// replayedSettings is the session state replayed on every server the
+// session uses (session.mu.settings).
+type replayedSettings struct {
+	startup     []setting // from the startup packet
+	session     []setting // from SET outside SET LOCAL, in order; Reset entries remove
+	settingsKey string    // settingsQuery of startup+session settings, as servers record it
+	discardGen  uint64    // bumped by DISCARD ALL / DEALLOCATE ALL
+}
+
 // Startup parameters that are not settings.
 var notSettings = map[string]bool{"user": true, "database": true, "options": true, "replication": true}
 
@@ -142,7 +151,7 @@ func quoteLiteral(s string) string {
 // values a unit's RESET, RESET ALL or DISCARD ALL returns to the server's
 // defaults (a later SET in the unit wins), "" if none.
 func (ss *session) restoreQuery(ds []*classified) string {
-	if len(ss.mu.startup) == 0 {
+	if len(ss.mu.settings.startup) == 0 {
 		return ""
 	}
 	all := false
@@ -161,7 +170,7 @@ func (ss *session) restoreQuery(ds []*classified) string {
 		}
 	}
 	var out []setting
-	for _, s := range ss.mu.startup {
+	for _, s := range ss.mu.settings.startup {
 		reset, named := last[strings.ToLower(s.name)]
 		if named && reset || !named && all {
 			out = append(out, s)

@@ -508,51 +508,8 @@ func (ss *session) makeRoom(l *link, b *batch, ds []*classified) error {
 		return nil
 	}
 	var names [8]string
-	used := names[:0] // few per unit: a slice beats a map
-	add := func(n string) {
-		if n != "" && !slices.Contains(used, n) {
-			used = append(used, n)
-		}
-	}
-	for _, m := range b.msgs {
-		body := b.body(m)
-		switch m.typ {
-		case 'P':
-			n, _ := parseName(body)
-			add(n)
-		case 'C':
-			if kind, n, err := describeTarget(body); err == nil && kind == 'S' {
-				add(n)
-			}
-		default:
-			n, _ := stmtRef(m.typ, body)
-			add(n)
-		}
-	}
-	for _, d := range ds {
-		for _, st := range d.Statements {
-			add(st.PrepareName) // PREPARE, EXECUTE, DEALLOCATE
-		}
-	}
-	if l.st.used == nil {
-		l.st.used = map[string]uint64{}
-	}
-	adds := 0
-	for _, n := range used {
-		l.st.clock++
-		l.st.used[n] = l.st.clock
-		if !l.st.holds(n) {
-			adds++
-		}
-	}
-	if len(l.st.used) > 2*len(l.st.prepared)+64 {
-		for n := range l.st.used {
-			if _, ok := l.st.prepared[n]; !ok {
-				delete(l.st.used, n)
-			}
-		}
-	}
-	over := len(l.st.prepared) + adds - limit
+	used := unitStatementNames(names[:0], b, ds)
+	over := len(l.st.prepared) + l.st.touch(used) - limit
 	if over <= 0 || ss.txStatus() != 'I' {
 		// In a transaction block the statements it found stay to its end:
 		// one missing inside a failed transaction could not be prepared
@@ -560,26 +517,7 @@ func (ss *session) makeRoom(l *link, b *batch, ds []*classified) error {
 		// (docs/behaviour.md, "prepared on another connection").
 		return nil
 	}
-	ss.mu.Lock()
-	// Inside a client's batch under way, the answer to a Close of the
-	// proxy's could not be told from the answers still due to the
-	// client's messages before it (a Close of its own).
-	busy := ss.mu.unsynced
-	// Names with an answer or an undo still to come stay: the record of
-	// them is settled when it arrives.
-	for _, ops := range [][]stmtOp{l.ops, l.undo} {
-		for _, op := range ops {
-			busy = busy || op.kind == 'X'
-			used = append(used, op.name)
-		}
-	}
-	for _, e := range l.swallow {
-		if e.undo != nil {
-			busy = busy || e.undo.kind == 'X'
-			used = append(used, e.undo.name)
-		}
-	}
-	ss.mu.Unlock()
+	used, busy := ss.inFlightOn(l, used)
 	if busy {
 		return nil
 	}
@@ -602,6 +540,87 @@ func (ss *session) makeRoom(l *link, b *batch, ds []*classified) error {
 		ss.srv.metrics.StatementsEvicted(ss.route.Name, len(victims))
 	}
 	return nil
+}
+
+// unitStatementNames appends to names, once each, the statements the unit
+// b (ds, its statements) names: in Parse, Describe, Close, Bind messages
+// and in SQL PREPARE, EXECUTE and DEALLOCATE.
+func unitStatementNames(names []string, b *batch, ds []*classified) []string {
+	add := func(n string) { // few per unit: a slice beats a map
+		if n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	for _, m := range b.msgs {
+		body := b.body(m)
+		switch m.typ {
+		case 'P':
+			n, _ := parseName(body)
+			add(n)
+		case 'C':
+			if kind, n, err := describeTarget(body); err == nil && kind == 'S' {
+				add(n)
+			}
+		default:
+			n, _ := stmtRef(m.typ, body)
+			add(n)
+		}
+	}
+	for _, d := range ds {
+		for _, st := range d.Statements {
+			add(st.PrepareName)
+		}
+	}
+	return names
+}
+
+// touch marks the statements names as used now and reports how many of
+// them the server does not hold (the most the unit may add). The use
+// record forgets names no longer prepared once it outgrows the prepared.
+func (st *serverState) touch(names []string) (adds int) {
+	if st.used == nil {
+		st.used = map[string]uint64{}
+	}
+	for _, n := range names {
+		st.clock++
+		st.used[n] = st.clock
+		if !st.holds(n) {
+			adds++
+		}
+	}
+	if len(st.used) > 2*len(st.prepared)+64 {
+		for n := range st.used {
+			if _, ok := st.prepared[n]; !ok {
+				delete(st.used, n)
+			}
+		}
+	}
+	return adds
+}
+
+// inFlightOn appends to keep the statements with an answer or an undo
+// still to come on l (the record of them is settled when it arrives), and
+// reports busy when nothing may be evicted there now: a client's batch is
+// under way (the answer to a Close of the proxy's could not be told from
+// those due to the client's messages before it, a Close of its own), or a
+// DEALLOCATE ALL or DISCARD ALL is in flight.
+func (ss *session) inFlightOn(l *link, keep []string) ([]string, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	busy := ss.mu.unsynced
+	for _, ops := range [][]stmtOp{l.ops, l.undo} {
+		for _, op := range ops {
+			busy = busy || op.kind == 'X'
+			keep = append(keep, op.name)
+		}
+	}
+	for _, e := range l.swallow {
+		if e.undo != nil {
+			busy = busy || e.undo.kind == 'X'
+			keep = append(keep, e.undo.name)
+		}
+	}
+	return keep, busy
 }
 
 // skippedInFailedTx reports whether the server will skip the message
