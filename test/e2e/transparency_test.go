@@ -1208,3 +1208,61 @@ func TestListenThenSilence(t *testing.T) {
 		t.Error("no pg_kinetic.write_lsn after a write")
 	}
 }
+
+// TestTerminateWhileReplicaRuns: in session pooling, terminating the
+// client's BackendKeyData PID (its primary backend) while its statement
+// runs on a replica ends the session at once with the server's FATAL
+// 57P01, as directly, and the replica's statement stops too: the read
+// does not go on to answer after its session was terminated.
+func TestTerminateWhileReplicaRuns(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{PoolMode: "session"})
+	ctx := ctxT(t, 90*time.Second)
+	victim := connect(t, ctx, px.AppDSN())
+	pid := victim.PgConn().PID()
+	const marker = "terminate_replica_marker"
+	running := "select count(*) from pg_stat_activity where query like '%" + marker + "%' and pid <> pg_backend_pid()"
+	onStandbys := func() int {
+		t.Helper()
+		n := 0
+		for _, s := range cl.Standbys {
+			v, err := s.QueryString(ctx, running)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v != "0" {
+				n++
+			}
+		}
+		return n
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := victim.Exec(ctx, "select pg_sleep(30) /* "+marker+" */")
+		done <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); onStandbys() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the read never showed in a replica's pg_stat_activity")
+		}
+	}
+	if err := cl.Primary.Exec(ctx, fmt.Sprintf("select pg_terminate_backend(%d)", pid)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the replica's read answered after its session was terminated")
+		}
+		if code := pgCode(err); code != "" && code != "57P01" {
+			t.Fatalf("the read ended with %v, want 57P01 or a closed connection", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the session went on running on the replica after its backend was terminated")
+	}
+	for deadline := time.Now().Add(10 * time.Second); onStandbys() > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the terminated session's statement still runs on the replica")
+		}
+	}
+}
