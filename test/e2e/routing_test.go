@@ -754,9 +754,16 @@ func TestChainAfterFailedReadOnlyTx(t *testing.T) {
 // the replicas (work_mem 7MB where PostgreSQL has 9MB). A savepoint
 // command whose failed unit hides whether it ran pins the session to its
 // server instead of guessing.
+//
+// The read after a script must run on a replica for the test to mean
+// anything, and the script's COMMIT gives the session a token: under load
+// (CI, 2026-12-05) a replica had not replayed it yet and the read went to
+// the primary (fallback_policy primary). So the read waits for the
+// replica instead (fallback_policy wait, up to 5 s).
 func TestSavepointsUndoSessionSettings(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := routedProxy(t, cl, kinetictest.Params{})
+	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait",
+		Extra: "[routes.freshness]\nread_after_write_timeout_ms = 5000\n"})
 	ctx := ctxT(t, 60*time.Second)
 	reps := cl.StandbyPorts()
 	scripts := []struct {
