@@ -1109,17 +1109,7 @@ func TestSQLCancelReachesTheReplica(t *testing.T) {
 			done <- err
 		}()
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			n := 0
-			for _, s := range cl.Standbys {
-				v, err := s.QueryString(ctx, "select count(*) from pg_stat_activity where query like '%"+marker+"%' and pid <> pg_backend_pid()")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if v != "0" {
-					n++
-				}
-			}
-			if n > 0 {
+			if runningOnStandbys(t, ctx, cl, marker) > 0 {
 				return done
 			}
 			if time.Now().After(deadline) {
@@ -1221,21 +1211,7 @@ func TestTerminateWhileReplicaRuns(t *testing.T) {
 	victim := connect(t, ctx, px.AppDSN())
 	pid := victim.PgConn().PID()
 	const marker = "terminate_replica_marker"
-	running := "select count(*) from pg_stat_activity where query like '%" + marker + "%' and pid <> pg_backend_pid()"
-	onStandbys := func() int {
-		t.Helper()
-		n := 0
-		for _, s := range cl.Standbys {
-			v, err := s.QueryString(ctx, running)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if v != "0" {
-				n++
-			}
-		}
-		return n
-	}
+	onStandbys := func() int { return runningOnStandbys(t, ctx, cl, marker) }
 	done := make(chan error, 1)
 	go func() {
 		_, err := victim.Exec(ctx, "select pg_sleep(30) /* "+marker+" */")
@@ -1265,4 +1241,21 @@ func TestTerminateWhileReplicaRuns(t *testing.T) {
 			t.Fatal("the terminated session's statement still runs on the replica")
 		}
 	}
+}
+
+// runningOnStandbys counts the standbys whose pg_stat_activity shows a
+// statement containing marker (other than the counting one).
+func runningOnStandbys(t *testing.T, ctx context.Context, cl *pgtest.Cluster, marker string) int {
+	t.Helper()
+	n := 0
+	for _, s := range cl.Standbys {
+		v, err := s.QueryString(ctx, "select count(*) from pg_stat_activity where query like '%"+marker+"%' and pid <> pg_backend_pid()")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v != "0" {
+			n++
+		}
+	}
+	return n
 }
