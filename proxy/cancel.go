@@ -87,12 +87,18 @@ func (ss *session) cancelRunning(timedOut time.Time) {
 	ss.mu.Unlock()
 	defer ss.unclaim(l)
 	ss.sendCancelOn(l)
+	ss.mu.Lock()
+	// The backend that ran the cancelled statement is not handed to
+	// another client: it is closed when released. Directly, a driver
+	// that cancels usually closes its connection next (pgx does) and the
+	// backend ends; pooled, its idle pg_stat_activity row would go on
+	// showing the cancelled statement until someone reused it.
+	l.cancelled = true
 	if !timedOut.IsZero() {
-		ss.mu.Lock()
 		l.cancelling.Store(false)
 		ss.readers.Broadcast() // awaitTimeoutCancel
-		ss.mu.Unlock()
 	}
+	ss.mu.Unlock()
 }
 
 // runsOnLocked reports whether a unit of the session is in flight on l:

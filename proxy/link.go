@@ -75,6 +75,10 @@ type link struct {
 	parked   bool
 	released bool
 	stopping bool
+	// cancelled: a CancelRequest was sent to this connection's backend
+	// (cancelRunning). The connection is closed, not pooled, when it is
+	// released (docs/behaviour.md, "Cancelling a statement").
+	cancelled bool
 
 	// barrier is the state of the barrier the session goroutine waits
 	// for (barrierNone, …; localext.go); closes counts the client's
@@ -284,8 +288,9 @@ func (ss *session) detach(l *link, clientAtBoundary bool) {
 	// (cancelRunning), or a unit the session never finished writing. The
 	// cancel may land after the connection went back to its pool and stop
 	// another client's statement there, so a claimed connection is closed
-	// instead. No new claim is taken from now on.
-	claimed := l.claims > 0
+	// instead, as is one a cancel was sent to (cancelRunning). No new
+	// claim is taken from now on.
+	claimed := l.claims > 0 || l.cancelled
 	l.released = true
 	ss.mu.Unlock()
 	if errors.Is(rerr, errReleased) {
@@ -1192,6 +1197,7 @@ func (ss *session) releaseIdle(l *link) bool {
 	l.applyServerUndoLocked() // no claim is left: the reader owns l's state
 	l.ops = nil
 	l.released = true
+	cancelled := l.cancelled
 	if ss.mu.primary == l {
 		ss.mu.primary = nil
 	}
@@ -1209,7 +1215,11 @@ func (ss *session) releaseIdle(l *link) bool {
 		ss.flushOut()
 	}
 	ss.wmu.Unlock()
-	l.pool.Release(l.conn)
+	if cancelled {
+		l.pool.Discard(l.conn)
+	} else {
+		l.pool.Release(l.conn)
+	}
 	return true
 }
 
