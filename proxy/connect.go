@@ -399,6 +399,46 @@ func (ss *session) releaseServer(c *pool.Conn, p *pool.Pool, clean bool) {
 	}
 }
 
+// primaryChanged is the FATAL error of a session whose transaction, or
+// the state it is pinned by (pinned), is on server from, which is no
+// longer the route's primary (to; "" with why when there is none now): no
+// write may go there (SPEC §7; the seeds: "primary changes during
+// transaction: fail the pinned transaction").
+func (ss *session) primaryChanged(from, to, why, pinned string) error {
+	now := to
+	if now == "" {
+		now = "none (" + why + ")"
+	}
+	detail := "the session's transaction was on server " + from + "; the primary is now " + now
+	if pinned != "" {
+		detail = "the session is pinned (" + pinned + ") to server " + from + "; the primary is now " + now
+	}
+	ss.log.Warn("the route's primary changed under a session's transaction or pinned state: ending the session",
+		zap.String("from", from), zap.String("to", to))
+	return &clientError{severity: "FATAL", code: codeConnectionFailure,
+		message: "pg-kinetic: the primary of route " + quoteIdent(ss.route.Name) + " changed during the session's transaction",
+		detail:  detail}
+}
+
+// primaryUnavailable is the error of a unit that found no primary
+// connection (err: why). The session survives (its reads go on); the unit
+// fails.
+func (ss *session) primaryUnavailable(err error) error {
+	var ce *clientError
+	if errors.As(err, &ce) && ce.code == codeTooManyConnections {
+		// A full pool (transaction pooling): the unit fails, like
+		// PgBouncer's query_wait_timeout, and the client may retry.
+		return &clientError{severity: "ERROR", code: ce.code, message: ce.message, detail: ce.detail}
+	}
+	detail := err.Error()
+	if errors.As(err, &ce) && ce.detail != "" {
+		detail = ce.detail // (the server and the cause)
+	}
+	return &clientError{severity: "ERROR", code: codeConnectionFailure,
+		message: "pg-kinetic: the primary of route " + quoteIdent(ss.route.Name) + " is unavailable",
+		detail:  detail}
+}
+
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // primaryLink returns the session's primary link, connecting a new one when
@@ -423,19 +463,7 @@ func (ss *session) primaryLink() (*link, error) {
 		// pinned transaction").
 		pinned := ss.mu.pinned
 		ss.mu.Unlock()
-		now := addr
-		if now == "" {
-			now = "none (" + why + ")"
-		}
-		detail := "the session's transaction was on server " + l.addr + "; the primary is now " + now
-		if pinned != "" {
-			detail = "the session is pinned (" + pinned + ") to server " + l.addr + "; the primary is now " + now
-		}
-		ss.log.Warn("the route's primary changed under a session's transaction or pinned state: ending the session",
-			zap.String("from", l.addr), zap.String("to", addr))
-		return nil, &clientError{severity: "FATAL", code: codeConnectionFailure,
-			message: "pg-kinetic: the primary of route " + quoteIdent(ss.route.Name) + " changed during the session's transaction",
-			detail:  detail}
+		return nil, ss.primaryChanged(l.addr, addr, why, pinned)
 	}
 	if !moved && l.claimLocked() {
 		ss.mu.Unlock()
@@ -462,20 +490,7 @@ func (ss *session) primaryLink() (*link, error) {
 		return nil, err
 	}
 	if err != nil {
-		// The session survives (its reads go on); this unit fails.
-		var ce *clientError
-		if errors.As(err, &ce) && ce.code == codeTooManyConnections {
-			// A full pool (transaction pooling): the unit fails, like
-			// PgBouncer's query_wait_timeout, and the client may retry.
-			return nil, &clientError{severity: "ERROR", code: ce.code, message: ce.message, detail: ce.detail}
-		}
-		detail := err.Error()
-		if errors.As(err, &ce) && ce.detail != "" {
-			detail = ce.detail // (the server and the cause)
-		}
-		return nil, &clientError{severity: "ERROR", code: codeConnectionFailure,
-			message: "pg-kinetic: the primary of route " + quoteIdent(ss.route.Name) + " is unavailable",
-			detail:  detail}
+		return nil, ss.primaryUnavailable(err)
 	}
 	if l != nil {
 		ss.detach(l, false)

@@ -2008,98 +2008,131 @@ func (ss *session) linkFor(d decision) *link {
 
 // analyze classifies a batch's statements into what the router needs.
 func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
-	u := unitInfo{read: true}
 	// The previous unit's records are reused: nothing holds them past
 	// routeBatch.
 	for _, c := range ss.classified {
 		*c = classified{}
 	}
-	ds := ss.classified[:0]
-	defer func() { ss.classified = ds }()
-	if oversized {
-		u.read, u.reason, u.mayWAL = false, reasonUnclassified, true
+	a := analysis{
+		ss: ss,
+		u:  unitInfo{read: true},
+		ds: ss.classified[:0],
+		// With routing off every unit goes to the primary, so nothing
+		// needs classifying, except in transaction pooling: the
+		// session's SETs, statements and pinning effects must still be
+		// known there.
+		routingOff:  !ss.settingsTracked(),
+		effectsOnly: ss.routingMode() == config.RoutingOff && ss.txPool,
 	}
-	var local map[string]int // statements parsed in this batch: their index in ds
-	// With routing off every unit goes to the primary, so nothing needs
-	// classifying, except in transaction pooling: the session's SETs,
-	// statements and pinning effects must still be known there.
-	routingOff := !ss.settingsTracked()
-	effectsOnly := ss.routingMode() == config.RoutingOff && ss.txPool
-	use := func(query string) {
-		var c *classified
-		if len(ds) < cap(ds) {
-			c = ds[:len(ds)+1][len(ds)]
-		}
-		if c == nil {
-			c = new(classified)
-		}
-		c.text = query
-		ds = append(ds, c)
-		if routingOff && !mayReset(query) || effectsOnly && classify.SessionNeutral(query) {
-			// Every unit goes to the primary: nothing to classify (the
-			// proxy still answers SHOW pg_kinetic.last_route by its text),
-			// unless transaction pooling must learn the unit's session
-			// effects, which a plain SELECT without calls provably has not.
-			u.mayWAL = true
-			return
-		}
-		c.Decision = ss.classifier.Classify(query)
-		ss.merge(&u, &c.Decision, len(ds) == 1)
+	defer func() { ss.classified = a.ds }()
+	if oversized {
+		a.unclassified()
 	}
 	for _, m := range b.msgs {
 		body := b.body(m)
 		switch m.typ {
 		case 'Q':
 			text := body[:max(len(body)-1, 0)]
-			if routingOff && !mayBeShow(text) && !mayReset(string(text)) {
-				use("") // only SHOW pg_kinetic.* and RESET need the text
+			if a.routingOff && !mayBeShow(text) && !mayReset(string(text)) {
+				a.use("") // only SHOW pg_kinetic.* and RESET need the text
 				continue
 			}
-			use(string(text))
-			u.cancels = cancelPIDs(u.cancels, ds[len(ds)-1], nil)
+			a.use(string(text))
+			a.u.cancels = cancelPIDs(a.u.cancels, a.last(), nil)
 		case 'P':
 			name, query, err := parseNames(body)
 			if err != nil {
-				u.read, u.reason, u.mayWAL = false, reasonUnclassified, true
+				a.unclassified()
 				continue
 			}
-			if local == nil {
-				local = map[string]int{}
+			if a.local == nil {
+				a.local = map[string]int{}
 			}
-			local[name] = len(ds)
-			use(query)
+			a.local[name] = len(a.ds)
+			a.use(query)
 		case 'B':
-			name, err := bindStatement(body)
-			if err != nil {
-				u.read, u.reason, u.mayWAL = false, reasonUnclassified, true
-				continue
-			}
-			if i, ok := local[name]; ok {
-				// Classified with its Parse.
-				u.cancels = cancelPIDs(u.cancels, ds[i], body)
-				continue
-			}
-			if name == "" && ss.client.unnamed.parse != "" {
-				use(ss.client.unnamed.query)
-				u.cancels = cancelPIDs(u.cancels, ds[len(ds)-1], body)
-			} else if st, ok := ss.client.stmts[name]; ok {
-				use(st.query)
-				u.cancels = cancelPIDs(u.cancels, ds[len(ds)-1], body)
-			} else if p, ok := ss.client.sqlPrepared[name]; ok {
-				// A Bind of a statement PREPAREd in SQL (one namespace)
-				// reads when the prepared statement does.
-				u.mayWAL = true
-				if p.inner != classify.KindRead {
-					u.read, u.reason = false, reasonWrite
-				}
-			} else {
-				u.read, u.reason, u.mayWAL = false, reasonUnclassified, true
-			}
+			a.bind(body)
 		case 'F':
-			u.read, u.reason, u.mayWAL = false, reasonWrite, true
+			a.u.read, a.u.reason, a.u.mayWAL = false, reasonWrite, true
 		}
 	}
-	return u, ds
+	return a.u, a.ds
+}
+
+// analysis is analyze's work in progress over one batch.
+type analysis struct {
+	ss    *session
+	u     unitInfo
+	ds    []*classified  // one per statement text met, in order
+	local map[string]int // statements parsed in this batch: their index in ds
+	// routingOff, effectsOnly: see analyze.
+	routingOff, effectsOnly bool
+}
+
+// last is the record of the statement met last.
+func (a *analysis) last() *classified { return a.ds[len(a.ds)-1] }
+
+// unclassified makes the unit a write of unknown effect: the batch has
+// what the proxy cannot read.
+func (a *analysis) unclassified() {
+	a.u.read, a.u.reason, a.u.mayWAL = false, reasonUnclassified, true
+}
+
+// use records the statement query and merges its classification into
+// the unit.
+func (a *analysis) use(query string) {
+	var c *classified
+	if len(a.ds) < cap(a.ds) {
+		c = a.ds[:len(a.ds)+1][len(a.ds)]
+	}
+	if c == nil {
+		c = new(classified)
+	}
+	c.text = query
+	a.ds = append(a.ds, c)
+	if a.routingOff && !mayReset(query) || a.effectsOnly && classify.SessionNeutral(query) {
+		// Every unit goes to the primary: nothing to classify (the
+		// proxy still answers SHOW pg_kinetic.last_route by its text),
+		// unless transaction pooling must learn the unit's session
+		// effects, which a plain SELECT without calls provably has not.
+		a.u.mayWAL = true
+		return
+	}
+	c.Decision = a.ss.classifier.Classify(query)
+	a.ss.merge(&a.u, &c.Decision, len(a.ds) == 1)
+}
+
+// bind classifies a Bind by the statement it binds: one parsed in this
+// batch (classified with its Parse), the unnamed or a named protocol
+// statement of the session's, or one PREPAREd in SQL.
+func (a *analysis) bind(body []byte) {
+	name, err := bindStatement(body)
+	if err != nil {
+		a.unclassified()
+		return
+	}
+	client := &a.ss.client
+	if i, ok := a.local[name]; ok {
+		a.u.cancels = cancelPIDs(a.u.cancels, a.ds[i], body)
+		return
+	}
+	if name == "" && client.unnamed.parse != "" {
+		a.use(client.unnamed.query)
+	} else if st, ok := client.stmts[name]; ok {
+		a.use(st.query)
+	} else if p, ok := client.sqlPrepared[name]; ok {
+		// A Bind of a statement PREPAREd in SQL (one namespace) reads
+		// when the prepared statement does.
+		a.u.mayWAL = true
+		if p.inner != classify.KindRead {
+			a.u.read, a.u.reason = false, reasonWrite
+		}
+		return
+	} else {
+		a.unclassified()
+		return
+	}
+	a.u.cancels = cancelPIDs(a.u.cancels, a.last(), body)
 }
 
 // mayReset reports whether a text may RESET a setting or DISCARD ALL:
@@ -2296,64 +2329,23 @@ func (ss *session) recordEffects(ds []*classified) {
 // injected (its responses never reach the client).
 func (ss *session) prepareLink(l *link, ds []*classified) error {
 	ss.mu.Lock()
-	key, dgen := ss.mu.settings.settingsKey, ss.mu.settings.discardGen
+	dgen := ss.mu.settings.discardGen
 	st := l.st
-	inUnit := "" // settings to make inside the unit's transaction
-	if ss.mu.movedEffects {
-		// The rest of a unit whose first part ran on a replica: its SETs
-		// so far must hold here too, in the unit's own transaction (the
-		// implicit one, or the block a BEGIN of the unit opened): a
-		// failure undoes them, and the server reports the undone
-		// values, as directly.
-		if ss.mu.tx != 'I' {
-			// Inside the block the rest opened nothing is replayed:
-			// what the server holds is the block's.
-			key = st.settings
-		} else if moved := ss.movedSettingsKeyLocked(); moved != key {
-			switch {
-			case st.settings == moved: // made there already
-				key = moved
-			case ss.pendingResetsLocked():
-				key = moved // (not replayable in it: made before it)
-			default:
-				inUnit = moved
-			}
-		}
-	}
+	key, inUnit := ss.settingsForLocked(st)
 	// The session's DEALLOCATE ALL reaches every server it uses; one that
 	// holds none of its statements only needs to be marked.
 	discard := dgen > 0 && (st.discardOwner != ss.id || st.discardGen != dgen)
-	held := len(st.prepared) > 0 || len(st.sqlPrepared) > 0 || st.unnamed != ""
 	resync := st.settings != key
 	ss.mu.Unlock()
 	if discard {
-		if held {
-			if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE ALL"}, 'Z'); err != nil {
-				return errServerGone
-			}
-			st.forgetStatements()
+		if err := ss.discardOn(l, dgen); err != nil {
+			return err
 		}
-		ss.mu.Lock() // (a server reader marks the server a DISCARD ALL ran on: unitEnded)
-		st.discardOwner, st.discardGen = ss.id, dgen
-		ss.mu.Unlock()
 	}
 	if resync {
-		// RESET ALL on its own: in one implicit transaction with the
-		// set_config SELECT, a setting that fails every snapshot there
-		// (default_transaction_isolation = serializable on a hot standby:
-		// 0A000) failed the SELECT and so undid the RESET, and the
-		// connection kept the previous client's settings.
-		if err := ss.inject(l, &pgproto3.Query{String: "RESET ALL"}, 'Z'); err != nil {
-			return errServerGone
+		if err := ss.resetSettingsOn(l, key); err != nil {
+			return err
 		}
-		if key != "" {
-			if err := ss.inject(l, &pgproto3.Query{String: key}, 'Z'); err != nil {
-				return errServerGone
-			}
-		}
-		ss.mu.Lock()
-		st.settings = key
-		ss.mu.Unlock()
 	}
 	for _, d := range ds {
 		if err := ss.ensureSQLPrepared(l, &d.Decision, d.text); err != nil {
@@ -2384,6 +2376,78 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 			}
 		}
 	}
+	return nil
+}
+
+// settingsForLocked returns the settings l's server session must carry
+// before the unit's messages (key: a set_config statement, "" for the
+// defaults) and those to make inside the unit's own transaction
+// (inUnit). Callers hold ss.mu.
+func (ss *session) settingsForLocked(st *serverState) (key, inUnit string) {
+	key = ss.mu.settings.settingsKey
+	if !ss.mu.movedEffects {
+		return key, ""
+	}
+	// The rest of a unit whose first part ran on a replica: its SETs so
+	// far must hold here too, in the unit's own transaction (the implicit
+	// one, or the block a BEGIN of the unit opened): a failure undoes
+	// them, and the server reports the undone values, as directly.
+	if ss.mu.tx != 'I' {
+		// Inside the block the rest opened nothing is replayed: what the
+		// server holds is the block's.
+		return st.settings, ""
+	}
+	moved := ss.movedSettingsKeyLocked()
+	switch {
+	case moved == key:
+		return key, ""
+	case st.settings == moved: // made there already
+		return moved, ""
+	case ss.pendingResetsLocked():
+		return moved, "" // (not replayable in it: made before it)
+	default:
+		return key, moved
+	}
+}
+
+// discardOn brings l's server up to the session's DEALLOCATE ALL number
+// dgen: its statements are deallocated if it holds any, and it is marked.
+func (ss *session) discardOn(l *link, dgen uint64) error {
+	st := l.st
+	ss.mu.Lock()
+	held := len(st.prepared) > 0 || len(st.sqlPrepared) > 0 || st.unnamed != ""
+	ss.mu.Unlock()
+	if held {
+		if err := ss.inject(l, &pgproto3.Query{String: "DEALLOCATE ALL"}, 'Z'); err != nil {
+			return errServerGone
+		}
+		st.forgetStatements()
+	}
+	ss.mu.Lock() // (a server reader marks the server a DISCARD ALL ran on: unitEnded)
+	st.discardOwner, st.discardGen = ss.id, dgen
+	ss.mu.Unlock()
+	return nil
+}
+
+// resetSettingsOn gives l's server session the settings key ("" for the
+// server's defaults).
+func (ss *session) resetSettingsOn(l *link, key string) error {
+	// RESET ALL on its own: in one implicit transaction with the
+	// set_config SELECT, a setting that fails every snapshot there
+	// (default_transaction_isolation = serializable on a hot standby:
+	// 0A000) failed the SELECT and so undid the RESET, and the connection
+	// kept the previous client's settings.
+	if err := ss.inject(l, &pgproto3.Query{String: "RESET ALL"}, 'Z'); err != nil {
+		return errServerGone
+	}
+	if key != "" {
+		if err := ss.inject(l, &pgproto3.Query{String: key}, 'Z'); err != nil {
+			return errServerGone
+		}
+	}
+	ss.mu.Lock()
+	l.st.settings = key
+	ss.mu.Unlock()
 	return nil
 }
 

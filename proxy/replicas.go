@@ -105,34 +105,14 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string), p
 	r.stopReaders = stop
 	for i := range cfg.Routes {
 		rt := &cfg.Routes[i]
-		run := &routeRuntime{fallbacks: new(atomic.Int64), decisions: new(sync.Map), replays: map[string]*freshness.Reader{},
-			volatility: &catalogFacts{sql: volatilitySQL, what: "function volatility"},
-			unlogged:   &catalogFacts{sql: unloggedSQL, what: "unlogged relations", failOpen: true}}
-		if old := prev.route(rt.Name); old != nil {
-			run.fallbacks, run.decisions = old.fallbacks, old.decisions
-		}
+		run := newRouteRuntime(rt, prev.route(rt.Name))
 		r.routes[rt.Name] = run
-		run.classifier = classify.New(classify.Options{
-			WriteFunctions:    rt.ReadRouting.WriteFunctions,
-			ReadOnlyFunctions: rt.ReadRouting.ReadOnlyFunctions,
-		})
 		// Probes run for a route with replicas that routes reads or
 		// follows failovers (its election needs them).
 		if len(rt.Replicas) == 0 || (rt.ReadRouting.ReadRoutingMode == config.RoutingOff && !rt.HA.FollowFailover) || len(cfg.Users) == 0 {
 			continue
 		}
-		// Probes log in with the first [[users]] entry's backend
-		// credentials to the route's backend database (SPEC is silent;
-		// documented in docs/behaviour.md).
-		// A pass-through user's probes log in once a client has proved
-		// its verifier (passthrough.go).
-		var probeCred pool.Credentials
-		if backend != nil {
-			probeCred = backend(&cfg.Users[0], rt.BackendDB())
-		} else {
-			user, pass := cfg.Users[0].Backend()
-			probeCred = pool.Credentials{User: user, Password: pass, Database: rt.BackendDB()}
-		}
+		probeCred := probeCredentials(cfg, rt, backend)
 		prober := health.NewPGProberWith(probeCred, cfg.Server.BackendTLSMode)
 		targets := []health.Target{{Route: rt.Name, Addr: rt.Primary.Address, Configured: health.RolePrimary}}
 		for _, rep := range rt.Replicas {
@@ -150,43 +130,78 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string), p
 			FollowFailover: rt.HA.FollowFailover,
 			Elections:      prev.route(rt.Name).elections(),
 		})
-		r.probers = append(r.probers, prober)
 		positions := health.NewPGProberWith(probeCred, cfg.Server.BackendTLSMode).Named("pg-kinetic position")
-		r.probers = append(r.probers, positions)
-		route, timeout := rt, rt.HA.HealthTimeout()
-		checker := run.checker
-		run.reader = freshness.NewReader(readersCtx, func(ctx context.Context) (freshness.Token, error) {
-			// The elected primary's position (failover.go): read where
-			// the writes go now.
-			primary, why := primaryOf(route, checker.Snapshot())
-			if primary == "" {
-				return freshness.Token{}, errors.New(why)
-			}
-			ctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			lsn, tli, err := positions.Position(ctx, primary)
-			return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, err
-		})
-		for _, rep := range routeServers(rt) { // the configured primary too: it may be demoted
-			addr := rep.Address
-			run.replays[addr] = freshness.NewReader(readersCtx, func(ctx context.Context) (freshness.Token, error) {
-				ctx, cancel := context.WithTimeout(ctx, timeout)
-				defer cancel()
-				lsn, tli, started, err := positions.ReplayPosition(ctx, addr)
-				if err != nil {
-					return freshness.Token{}, err
-				}
-				// A standby restarted since its last probe may have come
-				// back behind what the probes and reads saw: its position
-				// counts once a probe has seen it up again.
-				if v, ok := checker.Snapshot().Get(addr); !ok || !v.StartedAt.Equal(started) {
-					return freshness.Token{}, errors.New("replica restarted since its last probe")
-				}
-				return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, nil
-			})
-		}
+		r.probers = append(r.probers, prober, positions)
+		run.startReaders(readersCtx, rt, positions)
 	}
 	return r
+}
+
+// newRouteRuntime is route rt's runtime before its probes start: the
+// counters of the route's previous runtime (old, nil for a new route)
+// carry over a reload.
+func newRouteRuntime(rt *config.Route, old *routeRuntime) *routeRuntime {
+	run := &routeRuntime{fallbacks: new(atomic.Int64), decisions: new(sync.Map), replays: map[string]*freshness.Reader{},
+		volatility: &catalogFacts{sql: volatilitySQL, what: "function volatility"},
+		unlogged:   &catalogFacts{sql: unloggedSQL, what: "unlogged relations", failOpen: true}}
+	if old != nil {
+		run.fallbacks, run.decisions = old.fallbacks, old.decisions
+	}
+	run.classifier = classify.New(classify.Options{
+		WriteFunctions:    rt.ReadRouting.WriteFunctions,
+		ReadOnlyFunctions: rt.ReadRouting.ReadOnlyFunctions,
+	})
+	return run
+}
+
+// probeCredentials are what route rt's probes log in with: the first
+// [[users]] entry's backend credentials, to the route's backend database
+// (SPEC is silent; documented in docs/behaviour.md). A pass-through
+// user's probes log in once a client has proved its verifier
+// (passthrough.go): backend, when set, gives those.
+func probeCredentials(cfg *config.Config, rt *config.Route, backend func(*config.User, string) pool.Credentials) pool.Credentials {
+	if backend != nil {
+		return backend(&cfg.Users[0], rt.BackendDB())
+	}
+	user, pass := cfg.Users[0].Backend()
+	return pool.Credentials{User: user, Password: pass, Database: rt.BackendDB()}
+}
+
+// startReaders starts the route's position readers (positions logs them
+// in): the elected primary's WAL position, and each server's replay
+// position, until ctx ends.
+func (run *routeRuntime) startReaders(ctx context.Context, rt *config.Route, positions *health.PGProber) {
+	timeout, checker := rt.HA.HealthTimeout(), run.checker
+	run.reader = freshness.NewReader(ctx, func(ctx context.Context) (freshness.Token, error) {
+		// The elected primary's position (failover.go): read where the
+		// writes go now.
+		primary, why := primaryOf(rt, checker.Snapshot())
+		if primary == "" {
+			return freshness.Token{}, errors.New(why)
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		lsn, tli, err := positions.Position(ctx, primary)
+		return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, err
+	})
+	for _, rep := range routeServers(rt) { // the configured primary too: it may be demoted
+		addr := rep.Address
+		run.replays[addr] = freshness.NewReader(ctx, func(ctx context.Context) (freshness.Token, error) {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			lsn, tli, started, err := positions.ReplayPosition(ctx, addr)
+			if err != nil {
+				return freshness.Token{}, err
+			}
+			// A standby restarted since its last probe may have come back
+			// behind what the probes and reads saw: its position counts
+			// once a probe has seen it up again.
+			if v, ok := checker.Snapshot().Get(addr); !ok || !v.StartedAt.Equal(started) {
+				return freshness.Token{}, errors.New("replica restarted since its last probe")
+			}
+			return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, nil
+		})
+	}
 }
 
 func (r *routing) close() {

@@ -199,33 +199,9 @@ func (ss *session) ensureStatement(l *link, name string, use byte) error {
 // (shapeChanged).
 func (ss *session) ensureStatementCheck(l *link, name string, use byte, check bool) error {
 	ss.settleOps(l, name)
-	var want stmtInfo
-	if name == "" {
-		want = ss.client.unnamed
-		if want.parse == "" && l.st.unnamed != "" {
-			// The client has no unnamed statement any more (a simple
-			// Query the proxy answered, or a local Parse, replaced it),
-			// but the server still holds an old one: drop it, so the
-			// Bind fails with 26000 as directly.
-			if err := ss.injectUndo(l, &pgproto3.Close{ObjectType: 'S'}, '3', l.record("")); err != nil {
-				return err
-			}
-			l.st.unnamed = ""
-			return nil
-		}
-		if want.parse == "" || l.st.unnamed == want.parse {
-			return nil
-		}
-	} else {
-		var ok bool
-		if want, ok = ss.client.stmts[name]; !ok {
-			// SQL PREPARE and Parse share one namespace: a statement the
-			// client PREPAREd may be Bound or Described too.
-			return ss.ensureSQLStatement(l, name, use)
-		}
-		if have, ok := l.st.prepared[name]; ok && have == want.key() {
-			return nil
-		}
+	want, done, err := ss.statementWanted(l, name, use)
+	if done || err != nil {
+		return err
 	}
 	if waited, err := ss.settleBatches(l); err != nil {
 		return err
@@ -272,18 +248,58 @@ func (ss *session) ensureStatementCheck(l *link, name string, use byte, check bo
 		return nil
 	}
 	l.st.prepared[name] = set
-	if !standIn && !want.stale && check && planned(want.query) {
-		changed, redo, err := ss.shapeChanged(l, name, want.parse)
-		if err != nil {
-			return err
+	if standIn || want.stale || !check || !planned(want.query) {
+		return nil
+	}
+	return ss.recheckShape(l, name, want, use)
+}
+
+// statementWanted returns the client's statement called name (the
+// unnamed one for ""), and done when l's server holds it already or
+// nothing is to be Parsed there: a statement PREPAREd in SQL is made by
+// ensureSQLStatement, and an unnamed statement the client no longer has
+// is closed on the server.
+func (ss *session) statementWanted(l *link, name string, use byte) (want stmtInfo, done bool, err error) {
+	if name != "" {
+		w, ok := ss.client.stmts[name]
+		if !ok {
+			// SQL PREPARE and Parse share one namespace: a statement the
+			// client PREPAREd may be Bound or Described too.
+			return w, true, ss.ensureSQLStatement(l, name, use)
 		}
-		if redo {
-			return ss.ensureStatementCheck(l, name, use, false)
+		have, ok := l.st.prepared[name]
+		return w, ok && have == w.key(), nil
+	}
+	want = ss.client.unnamed
+	if want.parse == "" && l.st.unnamed != "" {
+		// The client has no unnamed statement any more (a simple Query
+		// the proxy answered, or a local Parse, replaced it), but the
+		// server still holds an old one: drop it, so the Bind fails with
+		// 26000 as directly.
+		if err := ss.injectUndo(l, &pgproto3.Close{ObjectType: 'S'}, '3', l.record("")); err != nil {
+			return want, true, err
 		}
-		if changed {
-			want.stale = true
-			ss.client.stmts[name] = want
-		}
+		l.st.unnamed = ""
+		return want, true, nil
+	}
+	return want, want.parse == "" || l.st.unnamed == want.parse, nil
+}
+
+// recheckShape asks l's server for the result columns of the statement
+// name just Parsed there again (shapeChanged); when they differ from the
+// client's, the statement is stale for the client, as PostgreSQL would
+// find it.
+func (ss *session) recheckShape(l *link, name string, want stmtInfo, use byte) error {
+	changed, redo, err := ss.shapeChanged(l, name, want.parse)
+	if err != nil {
+		return err
+	}
+	if redo {
+		return ss.ensureStatementCheck(l, name, use, false)
+	}
+	if changed {
+		want.stale = true
+		ss.client.stmts[name] = want
 	}
 	return nil
 }
