@@ -619,6 +619,11 @@ func (ss *session) forwardStreamed(l *link, h wire.Header) error {
 		return ss.forwardOne(l, &b)
 	}
 	ss.count(l, h.Type)
+	if h.Type == 'D' {
+		ss.mu.Lock()
+		l.rawDescribe = l.batches + 1 // (untracked: see learnTypes)
+		ss.mu.Unlock()
+	}
 	if err := wire.WriteHeader(l.conn.W, h); err != nil {
 		return errServerGone
 	}
@@ -1027,9 +1032,6 @@ func (ss *session) buffer(l *link, b *batch) error {
 	if b.limit > 0 {
 		msgs = msgs[:b.limit]
 	}
-	// What of the batch is written (learnTypes): the client's messages,
-	// and whether one of them is a Describe of a statement.
-	written, describedBefore := 0, false
 	for i, m := range msgs {
 		body := b.body(m)
 		if late >= 0 && i >= len(front.msgs) && (m.typ == 'B' || m.typ == 'D' || m.typ == 'P') {
@@ -1044,7 +1046,7 @@ func (ss *session) buffer(l *link, b *batch) error {
 		if m.typ == 'B' {
 			body = ss.bindToWrite(l, body)
 		}
-		learn := m.typ == 'P' && ss.learnTypes(l, body, written, describedBefore)
+		learn := m.typ == 'P' && ss.learnTypes(l, body)
 		if err := ss.trackFrontend(l, m.typ, body); err != nil {
 			return errServerGone
 		}
@@ -1060,10 +1062,6 @@ func (ss *session) buffer(l *link, b *batch) error {
 			if err := ss.injectLearnTypes(l, name, body); err != nil {
 				return errServerGone
 			}
-		}
-		written++
-		if m.typ == 'D' && len(body) > 0 && body[0] == 'S' {
-			describedBefore = true
 		}
 	}
 	return nil

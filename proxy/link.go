@@ -54,8 +54,13 @@ type link struct {
 	// given to the client as its first message's (batchFailedLocked).
 	errInjected bool
 	// describes: the client's Describes of statements written here, in
-	// order, awaiting their ParameterDescription (paramsDescribedLocked).
-	describes []describeWait
+	// order, awaiting their ParameterDescription (paramsDescribedLocked);
+	// describeSeq numbers them. rawDescribe is 1 + the batch in which a
+	// Describe too large to read was streamed here untracked
+	// (forwardStreamed): no learnTypes there.
+	describes   []describeWait
+	describeSeq uint64
+	rawDescribe uint64
 	// due: primary WAL positions to read once a batch is answered
 	// (positionAfterLocked).
 	due []positionDue
@@ -184,6 +189,10 @@ type expect struct {
 	skip  int
 	batch uint64 // the batch (rfqs count) it belongs to
 	parse string // 'i': the Parse body of the statement Described
+	// after ('i'): the client's Describes of statements numbered up to
+	// it (link.describeSeq) were written before the proxy's: their
+	// ParameterDescriptions come first.
+	after uint64
 	// keepParams: the ParameterStatus messages before the ReadyForQuery
 	// are the client's (its SETs, committed by the proxy's Sync): they
 	// reach the client before its own next ReadyForQuery, where the
@@ -456,6 +465,20 @@ func (ss *session) unsolicitedStepLocked(l *link, typ byte, st *relayStep) {
 	}
 }
 
+// clientDescribeFirstLocked reports whether a Describe of a statement the
+// client wrote to l before the proxy's Describe that after dates (see
+// expect.after) still awaits its ParameterDescription in the batch being
+// answered. Callers hold ss.mu.
+func clientDescribeFirstLocked(l *link, after uint64) bool {
+	for _, w := range l.describes {
+		if w.batch < l.rfqs {
+			continue // (a batch that ended unanswered)
+		}
+		return w.batch == l.rfqs && w.seq <= after
+	}
+	return false
+}
+
 // swallowStepLocked decides a backend message against the head of l's
 // swallow queue (e, of the batch being answered): answers to what the
 // proxy injected are dropped, the client's own pass.
@@ -479,6 +502,9 @@ func (ss *session) swallowStepLocked(l *link, e expect, typ byte) relayStep {
 		}
 		ss.forgetSwallowLocked(l, n)
 	case e.kind == 'b':
+	case e.kind == 'i' && e.skip == 0 && typ == 't' && clientDescribeFirstLocked(l, e.after):
+		// The answer to a Describe of the client's written before the
+		// proxy's: the client's.
 	case e.kind == 'i' && e.skip == 0 && typ == 't':
 		st.drop, st.inferred = true, e.parse
 		l.swallow[0].skip = 1 // RowDescription or NoData follows

@@ -326,6 +326,7 @@ const standInMark = "\x00stand-in"
 type describeWait struct {
 	batch uint64
 	parse string
+	seq   uint64 // link.describeSeq when it was written
 }
 
 // maxInferred bounds session.inferred (statements whose parameter types
@@ -378,16 +379,16 @@ func (ss *session) noteInferredLocked(parse string, body []byte) {
 // the types. So it is asked for a named statement of no rows (the only
 // kind described in a failed transaction) with a parameter type left to
 // the server, when the statement may be used on another server
-// (routing, transaction pooling), and only when nothing of the client's
-// of this batch can send a ParameterDescription before the Describe's
-// (the client's messages of the batch written before it, written, and
-// none of them Describes a statement, describedBefore): that one is then
-// the Describe's. The Describe adds
-// no statement and no round trip.
-func (ss *session) learnTypes(l *link, body []byte, written int, describedBefore bool) bool {
-	if describedBefore {
-		return false
-	}
+// (routing, transaction pooling). The client's Describes of statements
+// written before it in the batch answer their ParameterDescriptions
+// first; the Describe's is told from theirs by their place
+// (expect.after, clientDescribeFirstLocked). Until 2026-12-06 the types
+// were learnt only when no such Describe came first in the batch, which
+// left a statement Parsed after a Describe of another in one batch, and
+// later Described in a failed transaction on a server lacking it,
+// answered 25P02 where PostgreSQL describes it (differential
+// 9943076375906529190). The Describe adds no statement and no round trip.
+func (ss *session) learnTypes(l *link, body []byte) bool {
 	if !ss.txPool && !ss.freshnessOn() {
 		return false
 	}
@@ -400,9 +401,9 @@ func (ss *session) learnTypes(l *link, body []byte, written int, describedBefore
 	// (Batches pipelined before this one may be in flight: their
 	// answers come before this batch's, and the Describe's answer is
 	// matched within this batch only: stepLocked.)
-	first := l.sent == written && l.failed != l.batches+1
+	failed := l.failed == l.batches+1 || l.rawDescribe == l.batches+1
 	ss.mu.Unlock()
-	if known || !first {
+	if known || failed {
 		return false
 	}
 	info, ok := classify.DescribePrepared(p.Query, len(p.ParameterOIDs))
@@ -417,7 +418,7 @@ func (ss *session) learnTypes(l *link, body []byte, written int, describedBefore
 func (ss *session) injectLearnTypes(l *link, name string, body []byte) error {
 	buf, _ := (&pgproto3.Describe{ObjectType: 'S', Name: name}).Encode(nil)
 	ss.mu.Lock()
-	l.swallow = append(l.swallow, expect{kind: 'i', batch: l.batches, parse: string(body)})
+	l.swallow = append(l.swallow, expect{kind: 'i', batch: l.batches, parse: string(body), after: l.describeSeq})
 	l.injected++
 	ss.mu.Unlock()
 	_, err := l.conn.W.Write(buf)
@@ -1668,7 +1669,8 @@ func (ss *session) trackDescribe(l *link, body []byte) {
 			info = ss.client.stmts[name]
 		}
 		ss.mu.Lock()
-		l.describes = append(l.describes, describeWait{batch: l.batches, parse: info.parse})
+		l.describeSeq++
+		l.describes = append(l.describes, describeWait{batch: l.batches, parse: info.parse, seq: l.describeSeq})
 		ss.mu.Unlock()
 	}
 }

@@ -420,6 +420,15 @@
 //   - 2026-12-05, fifth session, on d4f01c7: 535353 widened with the
 //     opt-in +flushsync feature, 3,000 sequences in every mode: 0 / 0 /
 //     0 / 0.
+//   - 2026-12-06, 262626 widened with +flushsync, 3,000 sequences in every
+//     mode: 0 / 1 / 0 / 1, one sequence, deterministic and pre-existing:
+//     a Describe of the unnamed statement came before a Parse of s1 in
+//     the same batch (on a standby), so the proxy did not learn s1's
+//     parameter types; Described in a failed transaction on the primary,
+//     which lacked s1, it got 25P02 where PostgreSQL answers
+//     ParameterDescription and NoData (9943076375906529190; fixed: the
+//     proxy's learning Describe is told from the client's by their
+//     order, learnTypes; a regression seed).
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
