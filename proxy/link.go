@@ -432,6 +432,9 @@ func (ss *session) stepLocked(l *link, typ byte) relayStep {
 		st = ss.swallowStepLocked(l, l.swallow[0], typ)
 	}
 	ss.unsolicitedStepLocked(l, typ, &st)
+	if typ == '3' && !st.drop {
+		l.closeAnsweredLocked() // a client's Close answered
+	}
 	return st
 }
 
@@ -465,6 +468,34 @@ func (ss *session) unsolicitedStepLocked(l *link, typ byte, st *relayStep) {
 	}
 }
 
+// closeAnsweredLocked counts a client's CloseComplete relayed from l. It
+// answers the oldest of the batch's Closes still counted: one a barrier
+// waits past (expect.skip), else one written since the last barrier
+// (l.closes, of the batch being written). The barrier need not be at the
+// head of the swallow queue: an answer the proxy drops may come between
+// the client's Close and the barrier (a learnTypes Describe after a
+// Parse; differential 5085097148163703010, where the barrier's own
+// CloseComplete then reached the client and the batch hung). Callers
+// hold ss.mu.
+func (l *link) closeAnsweredLocked() {
+	for i := range l.swallow {
+		e := &l.swallow[i]
+		if e.batch < l.rfqs {
+			continue // (forgotten: forgetSwallowLocked)
+		}
+		if e.batch > l.rfqs {
+			break
+		}
+		if e.kind == 'b' && e.skip > 0 {
+			e.skip--
+			return
+		}
+	}
+	if l.closes > 0 && l.rfqs == l.batches {
+		l.closes--
+	}
+}
+
 // clientDescribeFirstLocked reports whether a Describe of a statement the
 // client wrote to l before the proxy's Describe that after dates (see
 // expect.after) still awaits its ParameterDescription in the batch being
@@ -486,7 +517,8 @@ func (ss *session) swallowStepLocked(l *link, e expect, typ byte) relayStep {
 	var st relayStep
 	switch {
 	case e.kind == 'b' && typ == '3' && e.skip > 0:
-		l.swallow[0].skip-- // the client's own Close answered
+		// The client's own Close answered (counted by stepLocked:
+		// closeAnsweredLocked).
 	case e.kind == 'b' && typ == '3':
 		st.drop = true
 		l.swallow = l.swallow[1:]
@@ -937,9 +969,6 @@ func (ss *session) copyToClient(l *link, h wire.Header, body []byte, preread boo
 		ss.mu.Lock()
 		l.answered++
 		l.stmtAnsweredLocked(h.Type)
-		if h.Type == '3' && l.closes > 0 {
-			l.closes-- // a client's Close answered: no barrier waits past it
-		}
 		ss.turn.Broadcast() // settleOps may wait for it
 		ss.mu.Unlock()
 	case h.Type == 'Z' || h.Type == 'S' || (h.Type == 'E' || h.Type == 't') && h.Len <= wire.MaxSmallBodyLen*100 || h.Type == 'C':

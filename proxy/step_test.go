@@ -26,6 +26,7 @@ type linkState struct {
 	barrier       int
 	rfqs, batches uint64
 	replica       bool
+	describes     []describeWait
 }
 
 // TestStepLocked feeds backend message types to stepLocked over link
@@ -81,6 +82,12 @@ func TestStepLocked(t *testing.T) {
 		{"... then the barrier's: dropped",
 			linkState{swallow: []expect{{kind: 'b', skip: 1}}, barrier: barrierPending}, 'T', "33",
 			[]check{dropped(true), barrier(barrierPassed), queue(0)}, false, false, false},
+		{"the client's Close answered while another injected answer heads the queue still counts for the barrier behind it",
+			linkState{swallow: []expect{{kind: '1'}, {kind: 'b', skip: 1}}, barrier: barrierPending}, 'T', "313",
+			[]check{dropped(true), barrier(barrierPassed), queue(0)}, false, false, false},
+		{"a learnTypes Describe between the client's Close and the barrier (differential 5085097148163703010)",
+			linkState{swallow: []expect{{kind: 'i'}, {kind: 'b', skip: 1}}, barrier: barrierPending}, 'T', "31tn3",
+			[]check{dropped(true), barrier(barrierPassed), queue(0)}, false, false, false},
 		{"an error before the barrier: relayed, the barrier fails (the server skips to Sync)",
 			linkState{swallow: []expect{{kind: 'b'}, {kind: '1', undo: rec}}, barrier: barrierPending}, 'T', "E",
 			[]check{dropped(false), barrier(barrierFailed), queue(0), undone(1)}, false, false, false},
@@ -129,6 +136,12 @@ func TestStepLocked(t *testing.T) {
 		{"... and its NoData: dropped, the Describe answered",
 			linkState{swallow: []expect{{kind: 'i', parse: "p"}}}, 'T', "1tn",
 			[]check{dropped(true), queue(0)}, false, false, false},
+		{"the ParameterDescription of the client's Describe written before the proxy's: relayed (differential 9943076375906529190)",
+			linkState{swallow: []expect{{kind: 'i', parse: "p", after: 1}}, describes: []describeWait{{seq: 1}}}, 'T', "t",
+			[]check{dropped(false), queue(1)}, false, false, false},
+		{"a client's Describe written after the proxy's does not hold it up: dropped",
+			linkState{swallow: []expect{{kind: 'i', parse: "p", after: 1}}, describes: []describeWait{{seq: 2}}}, 'T', "t",
+			[]check{dropped(true), queue(1)}, false, false, false},
 		{"a RowDescription before the Describe's ParameterDescription is not its answer: relayed",
 			linkState{swallow: []expect{{kind: 'i', parse: "p"}}}, 'T', "T",
 			[]check{dropped(false), queue(1)}, false, false, false},
@@ -152,7 +165,8 @@ func TestStepLocked(t *testing.T) {
 			[]check{dropped(false)}, false, false, false},
 	} {
 		t.Run(tc.rule, func(t *testing.T) {
-			l := link{swallow: tc.link.swallow, barrier: tc.link.barrier, rfqs: tc.link.rfqs, batches: tc.link.batches, replica: tc.link.replica}
+			l := link{swallow: tc.link.swallow, barrier: tc.link.barrier, rfqs: tc.link.rfqs, batches: tc.link.batches, replica: tc.link.replica,
+				describes: tc.link.describes}
 			ss := stepSession(&l)
 			ss.mu.tx = tc.tx
 			if l.replica {
