@@ -399,12 +399,12 @@ func (ss *session) releaseServer(c *pool.Conn, p *pool.Pool, clean bool) {
 	}
 }
 
-// primaryChanged is the FATAL error of a session whose transaction, or
+// primaryMovedError is the FATAL error of a session whose transaction, or
 // the state it is pinned by (pinned), is on server from, which is no
 // longer the route's primary (to; "" with why when there is none now): no
 // write may go there (SPEC §7; the seeds: "primary changes during
 // transaction: fail the pinned transaction").
-func (ss *session) primaryChanged(from, to, why, pinned string) error {
+func (ss *session) primaryMovedError(from, to, why, pinned string) error {
 	now := to
 	if now == "" {
 		now = "none (" + why + ")"
@@ -420,10 +420,10 @@ func (ss *session) primaryChanged(from, to, why, pinned string) error {
 		detail:  detail}
 }
 
-// primaryUnavailable is the error of a unit that found no primary
+// primaryUnavailableError is the error of a unit that found no primary
 // connection (err: why). The session survives (its reads go on); the unit
 // fails.
-func (ss *session) primaryUnavailable(err error) error {
+func (ss *session) primaryUnavailableError(err error) error {
 	var ce *clientError
 	if errors.As(err, &ce) && ce.code == codeTooManyConnections {
 		// A full pool (transaction pooling): the unit fails, like
@@ -463,7 +463,7 @@ func (ss *session) primaryLink() (*link, error) {
 		// pinned transaction").
 		pinned := ss.mu.pinned
 		ss.mu.Unlock()
-		return nil, ss.primaryChanged(l.addr, addr, why, pinned)
+		return nil, ss.primaryMovedError(l.addr, addr, why, pinned)
 	}
 	if !moved && l.claimLocked() {
 		ss.mu.Unlock()
@@ -490,7 +490,7 @@ func (ss *session) primaryLink() (*link, error) {
 		return nil, err
 	}
 	if err != nil {
-		return nil, ss.primaryUnavailable(err)
+		return nil, ss.primaryUnavailableError(err)
 	}
 	if l != nil {
 		ss.detach(l, false)
