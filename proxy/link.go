@@ -82,7 +82,7 @@ type link struct {
 	stopping bool
 	// cancelled: a CancelRequest was sent to this connection's backend
 	// (cancelRunning). The connection is closed, not pooled, when it is
-	// released (docs/behaviour.md, "Cancelling a statement").
+	// released (docs/behaviour.md, "Pooling (transaction mode)").
 	cancelled bool
 
 	// barrier is the state of the barrier the session goroutine waits
