@@ -38,6 +38,7 @@
 //	console.go       the admin console (database pgkinetic)
 //	pause.go         PAUSE/RESUME: units of a route held at the next idle point
 //	cancel.go        BackendKeyData issued by the proxy, CancelRequest relay
+//	sqlcancel.go     pg_cancel_backend(pid) of a session's primary backend relayed to where it runs
 //	timeouts.go      client_login, query, idle_transaction and client_idle timeouts
 //	janitor.go       closes pooled server connections past server_idle_timeout_ms or server_lifetime_ms
 //	contain.go       a panic in one session's goroutines ends that session only
