@@ -102,9 +102,15 @@ func (ss *session) serve() {
 // finish closes a session after its relay loop ended.
 func (ss *session) finish(atBoundary bool, err error) {
 	var ce *clientError
-	if errors.As(err, &ce) {
+	switch {
+	case errors.As(err, &ce):
 		ss.log.Info("closing client connection", zap.Error(err))
 		ss.kill(ce)
+	case errors.Is(err, errServerGone):
+		// A server connection lost under a write; its reader has said
+		// so already unless the session went on after it
+		// (keepAfterLoss) and the write came just after.
+		ss.kill(&clientError{severity: "FATAL", code: codeConnectionFailure, message: "pg-kinetic: lost the connection to the server"})
 	}
 	ss.mu.Lock()
 	var links []*link
@@ -950,6 +956,12 @@ func (ss *session) bufferRaw(l *link, b *batch) error {
 func (ss *session) count(l *link, typ byte) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	if typ == 'Q' || typ == 'F' || typ == 'S' {
+		if !l.replica && !ss.mu.writingKeepable {
+			ss.mu.unkeepable = true // (keepAfterLoss)
+		}
+		ss.mu.mayCommitQ = append(ss.mu.mayCommitQ, ss.mu.writingCommits)
+	}
 	switch typ {
 	case 'Q', 'F':
 		ss.inj.restOpen = false
@@ -1648,6 +1660,18 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 	return nil
 }
 
+// executes reports whether batch b runs a statement (an Execute, a Query
+// or a FunctionCall): one that only parses, binds and describes commits
+// nothing.
+func executes(b *batch) bool {
+	for _, m := range b.msgs {
+		if m.typ == 'E' || m.typ == 'Q' || m.typ == 'F' {
+			return true
+		}
+	}
+	return false
+}
+
 // countSyncs is the number of ReadyForQuery messages a batch asks for.
 func countSyncs(b *batch) int {
 	n := 0
@@ -1663,17 +1687,30 @@ func countSyncs(b *batch) int {
 // position query after it, and flushes. An open unit (no Sync yet) keeps
 // its claim on l until its end (endStream).
 func (ss *session) sendUnit(l *link, b *batch, u unitInfo, open bool) error {
-	if !l.replica && ss.mayCommit(u, b) {
-		ss.mu.Lock()
+	commits := !l.replica && (open || executes(b)) && ss.mayCommit(u, b)
+	keepable := !l.replica && !open && ss.keepableUnit(u)
+	ss.mu.Lock()
+	if commits {
 		ss.mu.commitInFlight = true
-		ss.mu.Unlock()
 	}
+	ss.mu.writingKeepable, ss.mu.writingCommits = keepable, commits
+	seq := ss.mu.unitSeq
+	ss.mu.Unlock()
 	err := ss.buffer(l, b)
+	ss.mu.Lock()
+	ss.mu.writingKeepable, ss.mu.writingCommits = false, false
+	ss.mu.Unlock()
 	if err == nil {
 		err = ss.afterUnit(l, u, open)
 	}
 	if err == nil && l.conn.W.Flush() != nil {
 		err = errServerGone
+	}
+	if keepable && (err == nil && ss.linkDead(l) || errors.Is(err, errServerGone)) && ss.answerLostUnit(l, b, seq, commits) {
+		// The primary was lost under this unit and the session goes
+		// on (keepAfterLoss): the unit got its error.
+		ss.unclaim(l)
+		return nil
 	}
 	if err == nil && ss.linkDead(l) {
 		// Its reader ended before buffer made l the session's current
@@ -1718,6 +1755,7 @@ func (ss *session) sendRetryable(l *link, b *batch, u unitInfo, open bool) (lost
 	if lost {
 		// Its ReadyForQuery will never come; forget what we counted.
 		ss.mu.pending -= countSyncs(b)
+		ss.mu.mayCommitQ = ss.mu.mayCommitQ[:max(0, len(ss.mu.mayCommitQ)-countSyncs(b))]
 		ss.mu.unitSeq -= uint64(countSyncs(b)) // it runs again elsewhere
 		ss.mu.unsynced = false
 		ss.mu.cur = nil

@@ -206,6 +206,13 @@ func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
 		ss.requestPositionLocked(kind, false, tl)
 		return
 	}
+	if l.dead && l.kept {
+		// The unit failed with its primary, and the session went on
+		// (positionsDroppedLocked).
+		ss.mu.fresh.captures--
+		ss.turn.Broadcast()
+		return
+	}
 	if l.dead {
 		ss.mu.fresh.captures--
 		ss.oweCaptureLocked()
@@ -299,6 +306,25 @@ func (ss *session) requestPositionLocked(kind byte, clearsDebt bool, tl uint32) 
 
 // positionsLostLocked uncounts the positions due on a link that failed:
 // what those units wrote is unknown (captureDebt). Callers hold ss.mu.
+// positionsDroppedLocked forgets the positions due on the lost primary
+// connection l whose units in flight the proxy failed, the session going
+// on (keepAfterLoss): the client was told each failed (08006) or that its
+// outcome is unknown (08007), so no read of its owes them anything — no
+// debt, no unsure write. (positionsDueLocked has already asked for those
+// of every unit answered.) A replica's replay note is kept. Callers hold
+// ss.mu.
+func (ss *session) positionsDroppedLocked(l *link) {
+	for _, d := range l.due {
+		if d.kind == captureReplay {
+			ss.noteSeenLocked(l.addr)
+			continue
+		}
+		ss.mu.fresh.captures--
+	}
+	l.due = nil
+	ss.turn.Broadcast()
+}
+
 func (ss *session) positionsLostLocked(l *link) {
 	for _, d := range l.due {
 		if d.kind == captureReplay {

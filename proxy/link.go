@@ -67,6 +67,11 @@ type link struct {
 
 	readerDone chan error
 	dead       bool // the reader ended; the link must not be used
+	// kept: the primary was lost with units in flight and the session
+	// went on, their answers the proxy's (keepAfterLoss); torn: the
+	// reader failed inside a message it was relaying to the client, so
+	// the client's stream can take nothing more.
+	kept, torn bool
 	// abandoned: a probe found the server unreachable while a retryable
 	// read waited for its answer, and abandonRead closed the connection.
 	abandoned bool
@@ -799,6 +804,9 @@ func (ss *session) serverToClient(l *link) error {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return err // interrupted mid-message: the stream is unusable
 			}
+			ss.mu.Lock()
+			l.torn = true // (part of the message may be the client's)
+			ss.mu.Unlock()
 			ss.linkFailed(l, err, sawFatal)
 			return errServerGone
 		}
@@ -837,7 +845,8 @@ func (ss *session) preread(l *link, h *wire.Header, body []byte) ([]byte, bool, 
 	if l.shapeNext != "" && h.Type != 'T' && h.Type != 'n' && h.Type != 't' {
 		l.shapeNext = "" // (no row description follows: nothing to note)
 	}
-	if !(h.Type == 'E' && (l.queryTimedOut.Load() || l.staleBinds.Load()) || l.shapeNext != "" && h.Type != 't') ||
+	downCheck := h.Type == 'E' && !l.replica && ss.mayKeepAfterLoss(l)
+	if !(h.Type == 'E' && (l.queryTimedOut.Load() || l.staleBinds.Load() || downCheck) || l.shapeNext != "" && h.Type != 't') ||
 		h.Len > wire.MaxSmallBodyLen*100 {
 		return body, false, nil
 	}
@@ -846,6 +855,15 @@ func (ss *session) preread(l *link, h *wire.Header, body []byte) ([]byte, bool, 
 		return body, false, err
 	}
 	if h.Type == 'E' {
+		if downCheck && isFatal(body) && !ss.serverUp(l.addr) {
+			// The primary's backend ended with the server (its
+			// postmaster gone, or shutting down), not on its own: a
+			// loss of the primary under the units in flight, which the
+			// session may outlive (keepAfterLoss) instead of ending
+			// with this FATAL. (A backend terminated alone, the server
+			// up, ends the session with its FATAL as directly.)
+			return body, false, errors.New("the primary's backend ended with the server: " + errorText(body))
+		}
 		body = ss.rewriteError(l, body)
 	} else {
 		ss.mu.Lock()
@@ -1366,14 +1384,24 @@ func (ss *session) relay(h wire.Header, body []byte) error {
 func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	return ss.readyForQueryLocked(l, status)
+}
+
+// readyForQueryLocked is readyForQuery for callers holding ss.mu.
+func (ss *session) readyForQueryLocked(l *link, status byte) (closeNow bool) {
 	l.rfqs++
 	l.answered = 0
 	for len(l.ops) > 0 && l.ops[0].batch < l.rfqs {
 		l.ops = l.ops[1:] // answered without a confirmation we could match
 	}
 	ss.mu.pending--
+	if len(ss.mu.mayCommitQ) > 0 {
+		ss.mu.mayCommitQ = ss.mu.mayCommitQ[1:]
+	}
 	if ss.mu.pending == 0 {
+		ss.mu.mayCommitQ = nil
 		ss.mu.commitInFlight = false // its outcome is known
+		ss.mu.unkeepable = false
 	}
 	ss.noteReadyLocked(l) // timeouts.go
 	ss.mu.doneSeq++
@@ -1404,10 +1432,30 @@ func (ss *session) readyForQuery(l *link, status byte) (closeNow bool) {
 // replica link is simply dropped.
 func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 	l.conn.MarkBroken()
+	// The primary's units in flight may be the proxy's to answer
+	// (keepAfterLoss): the writer is taken first (lock order), so that
+	// nothing the session goroutine sends once l is dead overtakes them.
+	wrote := !l.replica && ss.lockWriter(time.Second)
 	ss.mu.Lock()
 	l.dead = true
+	serving := l == ss.mu.cur && (ss.mu.pending > 0 || ss.mu.tx != 'I')
+	if ss.mu.awaiting == l && !ss.mu.answered {
+		serving = false // the session goroutine retries the read elsewhere
+	}
+	kept := wrote && serving && ss.keepAfterLossLocked(l, toldClient)
+	idleGoesOn := !l.replica && !serving && ss.freshnessOn() && ss.mu.pinned == "" && !(toldClient && !ss.txPool)
+	if idleGoesOn {
+		l.kept = true // (for a unit being written to l: answerLostUnit)
+	}
 	ss.forgetSwallowLocked(l, len(l.swallow)) // they will never be answered
-	ss.positionsLostLocked(l)
+	if kept {
+		// The units in flight fail (answerLostLocked): the client
+		// relies on nothing they did.
+		l.kept = true
+		ss.positionsDroppedLocked(l)
+	} else {
+		ss.positionsLostLocked(l)
+	}
 	// Parses and Closes the server never confirmed did not happen for the
 	// client (a read retried elsewhere writes them again).
 	for _, op := range l.ops {
@@ -1417,13 +1465,27 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 		}
 	}
 	l.ops = nil
-	serving := l == ss.mu.cur && (ss.mu.pending > 0 || ss.mu.tx != 'I')
-	if ss.mu.awaiting == l && !ss.mu.answered {
-		serving = false // the session goroutine retries the read elsewhere
-	}
 	unknown := serving && !l.replica && ss.mu.commitInFlight && ss.mu.pending > 0
+	var closeNow bool
+	if kept {
+		closeNow = ss.answerLostLocked(l)
+	}
 	ss.turn.Broadcast()
 	ss.mu.Unlock()
+	if wrote {
+		ss.wmu.Unlock()
+	}
+	if kept {
+		// Writes the session goroutine may still make to l fail now, and
+		// sendUnit answers them (answerLostUnit).
+		l.conn.Close()
+		ss.log.Warn("primary connection lost with units in flight: they failed, the session continues",
+			zap.String("server", l.addr), zap.Bool("outcome_unknown", unknown), zap.Error(err))
+		if closeNow {
+			ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
+		}
+		return
+	}
 	if l.replica && ss.srv != nil {
 		// The replica may be restarting, and may come back behind the
 		// replay positions read there on demand.
@@ -1433,10 +1495,12 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 		ss.log.Info("idle replica connection lost", zap.String("server", l.addr), zap.Error(err))
 		return
 	}
-	if !l.replica && !serving && ss.freshnessOn() && ss.pinnedReason() == "" && !(toldClient && !ss.txPool) {
+	if idleGoesOn {
 		// The primary went away while the session was not using it: reads
 		// can go on on replicas; the next unit for the primary reconnects
-		// or fails with an error (reconnectPrimary).
+		// or fails with an error (reconnectPrimary). A unit the session
+		// goroutine is writing to l meanwhile ran nowhere: it gets its
+		// error and the session goes on (sendUnit, answerLostUnit).
 		ss.log.Info("idle primary connection lost; the session continues", zap.String("server", l.addr), zap.Error(err))
 		return
 	}
@@ -1452,6 +1516,136 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 		return
 	}
 	ss.serverFailed(l.conn, err, toldClient)
+}
+
+// keepAfterLossLocked reports whether the session goes on after its
+// primary connection l was lost while it served the client: with routing
+// on (reads go on on replicas, the next write reconnects to the primary
+// elected then: primaryLink), not pinned (the server session held state of
+// the client's), no transaction block open before or after the units in
+// flight (they are answered with status I), every unit in flight whole
+// (not open, not copying in: sendUnit's keepable units), and no message
+// of the server's cut short on its way to the client. Its token stays, and
+// a write of it the failover lost is then reported (KN002), as for a
+// session that was idle (docs/behaviour.md, Failover). Callers hold
+// ss.wmu and ss.mu.
+func (ss *session) keepAfterLossLocked(l *link, toldClient bool) bool {
+	return !l.replica && !toldClient && !l.torn && !ss.mu.killed && ss.freshnessOn() && ss.mu.pinned == "" &&
+		ss.mu.pending > 0 && !ss.mu.unkeepable && (!ss.mu.unsynced || ss.mu.writingKeepable) && ss.mu.awaiting != l
+}
+
+// mayKeepAfterLoss reports, before an error of primary connection l is
+// relayed, whether losing l now could leave the session going on
+// (keepAfterLossLocked, less what only the loss settles).
+func (ss *session) mayKeepAfterLoss(l *link) bool {
+	if !ss.freshnessOn() {
+		return false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return l == ss.mu.cur && ss.mu.pinned == "" && ss.mu.pending > 0 && !ss.mu.unkeepable && !ss.mu.unsynced && !ss.mu.killed
+}
+
+// keepableUnit reports whether unit u, about to be written to the primary
+// whole (ended by Sync or Query), leaves no transaction block open however
+// far it gets before a loss of the primary: none open before it (nor a
+// BEGIN the proxy answered, not sent yet) and none opened by it, or its
+// last transaction statement ends the block. Nor a COPY FROM STDIN (the
+// client's data would follow it), nor a chain.
+func (ss *session) keepableUnit(u unitInfo) bool {
+	if u.copyIn || u.chained || u.pinEffect {
+		return false
+	}
+	if u.lastTx == 'e' {
+		return true
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return !u.begins && ss.mu.tx == 'I' && ss.deferred == ""
+}
+
+// answerLostLocked answers the units in flight on the lost primary
+// connection l, each with an ErrorResponse and ReadyForQuery (status I):
+// 08007 for one that may have committed (its outcome is unknown and it is
+// never run again: mayCommitQ), else 08006. It reports whether a draining session
+// is to close now. Callers hold ss.wmu and ss.mu.
+func (ss *session) answerLostLocked(l *link) (closeNow bool) {
+	failed := &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeConnectionFailure,
+		Message: "pg-kinetic: lost the connection to the primary",
+		Detail:  "server " + l.addr + ": the statement did not complete; the session goes on, its next write goes to the primary of the moment"}
+	unknown := &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeTransactionResolutionUnknown,
+		Message: "pg-kinetic: the connection to the primary was lost before the outcome of the transaction was known",
+		Detail:  "server " + l.addr + ": the statement may or may not have committed; the proxy does not run it again"}
+	for ss.mu.pending > 0 {
+		e := failed
+		if len(ss.mu.mayCommitQ) == 0 || ss.mu.mayCommitQ[0] {
+			e = unknown
+		}
+		ss.enc, _ = wire.Append(ss.enc[:0], e, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+		if _, err := ss.out().Write(ss.enc); err != nil {
+			ss.conn.Close() // the client is gone: the session goroutine sees it
+			return false
+		}
+		ss.unitFailedLocked()
+		closeNow = ss.readyForQueryLocked(l, 'I') || closeNow
+	}
+	if err := ss.flushOut(); err != nil {
+		ss.conn.Close()
+	}
+	return closeNow
+}
+
+// answerLostUnit answers the unit sendUnit wrote to l (batch b; seq was
+// the client's unit count before it; commits, mayCommit) when the primary was lost under it
+// and the session goes on (keepAfterLoss): whatever of it the reader did
+// not answer already, its Syncs never written included. false: the
+// session ends instead.
+func (ss *session) answerLostUnit(l *link, b *batch, seq uint64, commits bool) bool {
+	ss.mu.Lock()
+	if !l.dead && !ss.mu.killed {
+		// The write failed before the reader saw the loss: closed, the
+		// connection fails its read too.
+		// (Bounded: a reader parked at an idle point with nothing of
+		// the unit counted reads nothing until the unit's claim ends;
+		// then the session ends as it did before keepAfterLoss.)
+		ss.mu.Unlock()
+		l.conn.Close()
+		expired := false
+		t := time.AfterFunc(2*time.Second, func() {
+			ss.mu.Lock()
+			expired = true
+			ss.turn.Broadcast()
+			ss.mu.Unlock()
+		})
+		defer t.Stop()
+		ss.mu.Lock()
+		for !l.dead && !ss.mu.killed && !expired {
+			ss.turn.Wait()
+		}
+	}
+	kept := l.kept && !ss.mu.killed
+	ss.mu.Unlock()
+	if !kept || !ss.lockWriter(time.Second) {
+		return false
+	}
+	ss.mu.Lock()
+	if n := uint64(countSyncs(b)); ss.mu.unitSeq-seq < n {
+		missing := n - (ss.mu.unitSeq - seq)
+		ss.mu.pending += int(missing)
+		ss.mu.unitSeq += missing
+		for range missing {
+			ss.mu.mayCommitQ = append(ss.mu.mayCommitQ, commits)
+		}
+	}
+	ss.mu.unsynced = false
+	closeNow := ss.answerLostLocked(l)
+	ss.turn.Broadcast()
+	ss.mu.Unlock()
+	ss.wmu.Unlock()
+	if closeNow {
+		ss.kill(fatalf(codeAdminShutdown, "terminating connection due to administrator command"))
+	}
+	return true
 }
 
 func (ss *session) pinnedReason() string {

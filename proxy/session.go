@@ -363,6 +363,17 @@ type session struct {
 		// commitInFlight: a unit that may commit (mayCommit) was sent to
 		// the primary and not all ReadyForQuery are in yet.
 		commitInFlight bool
+		// unkeepable: a unit in flight on the primary is one whose loss
+		// with the primary ends the session (keepAfterLoss): it may open
+		// a transaction block or copy in, or was streamed open; cleared
+		// with commitInFlight. writingKeepable: sendUnit is writing a
+		// whole unit that is not (its Sync may not be counted yet).
+		unkeepable, writingKeepable bool
+		// mayCommitQ: per ReadyForQuery owed (pending), in order, whether
+		// its unit may commit (mayCommit); writingCommits is that of the
+		// unit sendUnit is writing (count appends it).
+		mayCommitQ     []bool
+		writingCommits bool
 		fallback       *fallbackSlot // a primary fallback this session holds until its unit ends
 
 		// awaiting is a replica link running a retryable read; answered

@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
@@ -16,7 +18,11 @@ import (
 // transaction block, whose answer never came because the primary died is
 // reported as 08007 (transaction resolution unknown) and not run again; a
 // statement inside a transaction block that dies with the primary is
-// rolled back for sure and gets 08006.
+// rolled back for sure and gets 08006, as does a read on the primary.
+// With routing on, a session whose units in flight leave no transaction
+// block open goes on (an ERROR, not a FATAL): its next read is served by
+// the standby, so that a write of it the failover lost can still be
+// reported (KN002; TestFailoverDrills). Otherwise it ends with a FATAL.
 func TestCommitInFlightWhenPrimaryDies(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -25,15 +31,20 @@ func TestCommitInFlightWhenPrimaryDies(t *testing.T) {
 		setup   []string // run first, on the session
 		stmt    string   // in flight when the primary is killed
 		want    string
+		keeps   bool // the session goes on
 	}{
 		{"autocommit write, routing off", "off", "session", nil,
-			"insert into %t select 1, 'x' from pg_sleep(3)", "08007"},
+			"insert into %t select 1, 'x' from pg_sleep(3)", "08007", false},
 		{"autocommit write, routed, transaction pooling", "prefer_replica", "transaction", nil,
-			"insert into %t select 1, 'x' from pg_sleep(3)", "08007"},
+			"insert into %t select 1, 'x' from pg_sleep(3)", "08007", true},
+		{"autocommit write, routed, session pooling", "prefer_replica", "session", nil,
+			"insert into %t select 1, 'x' from pg_sleep(3)", "08007", true},
+		{"a read on the primary, routed", "prefer_replica", "session", nil,
+			"/* pg-kinetic: primary */ select pg_sleep(3)", "08006", true},
 		{"COMMIT running a deferred trigger, routed", "prefer_replica", "session",
-			[]string{"begin", "insert into %t values (1, 'slow')"}, "commit", "08007"},
+			[]string{"begin", "insert into %t values (1, 'slow')"}, "commit", "08007", true},
 		{"a write inside a transaction block", "prefer_replica", "session",
-			[]string{"begin"}, "insert into %t select 1, 'x' from pg_sleep(3)", "08006"},
+			[]string{"begin"}, "insert into %t select 1, 'x' from pg_sleep(3)", "08006", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := pgtest.New(t, pgtest.Options{Standbys: 1})
@@ -83,6 +94,85 @@ func TestCommitInFlightWhenPrimaryDies(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("no answer 20 s after the primary died")
 			}
+			// Then: the session goes on, its reads on the standby, or it
+			// has ended.
+			port, err := readPort(ctx, c, "/* pg-kinetic: stale-ok */ select inet_server_port()")
+			switch {
+			case tc.keeps && (err != nil || port != cl.Standbys[0].Port):
+				var route string
+				_ = c.QueryRow(ctx, "show pg_kinetic.last_route", pgx.QueryExecModeSimpleProtocol).Scan(&route)
+				t.Logf("last_route: %s", route)
+				t.Fatalf("the session after the error: a read got %v, port %d; want it served by the standby (%d)", err, port, cl.Standbys[0].Port)
+			case !tc.keeps && err == nil:
+				t.Fatalf("the session went on after the error (a read was answered by port %d); want it ended", port)
+			case tc.keeps:
+				// And a write fails clearly while there is no primary.
+				_, err := c.Exec(ctx, sub("insert into %t values (2, 'y')"), pgx.QueryExecModeSimpleProtocol)
+				if pgCode(err) != "08006" {
+					t.Fatalf("a write with the primary down after the error: %v, want 08006", err)
+				}
+			}
 		})
+	}
+}
+
+// TestPipelinedUnitsWhenPrimaryDies: three units pipelined on the primary
+// (each with its Sync) when it dies: each gets its error and its
+// ReadyForQuery, in order — the write 08007, the reads 08006 (whether they
+// reached the primary before its loss or were routed after it) —
+// and the session goes on, its next read served by the standby
+// (docs/behaviour.md, "Losing the primary").
+func TestPipelinedUnitsWhenPrimaryDies(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
+	ctx := ctxT(t, 60*time.Second)
+	tbl := chaosTable(t, ctx, cl)
+	dsn := chaosProxy(t, cl, kinetictest.Params{ReadRoutingMode: "prefer_replica", Replicas: addrs(cl.Standbys...)}, "")
+	c := connect(t, ctx, dsn)
+	p := c.PgConn().StartPipeline(ctx)
+	for _, q := range []string{
+		"insert into " + tbl + " select 7, 'x' from pg_sleep(3)",
+		"/* pg-kinetic: primary */ select 2",
+		"/* pg-kinetic: primary */ select 3",
+	} {
+		p.SendQueryParams(q, nil, nil, nil, nil)
+		p.SendPipelineSync()
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 10*time.Second, "the write to run on the primary", func() (bool, error) {
+		n, err := cl.Primary.QueryString(ctx, "select count(*) from pg_stat_activity where wait_event = 'PgSleep'")
+		return n == "1", err
+	})
+	if err := cl.Primary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	for syncs := 0; syncs < 3; {
+		res, err := p.GetResults()
+		if code := pgCode(err); code != "" {
+			codes = append(codes, code) // (an error before any result)
+			continue
+		} else if err != nil {
+			t.Fatalf("pipeline after %d of 3 syncs (codes %v): %v", syncs, codes, err)
+		}
+		switch r := res.(type) {
+		case *pgconn.ResultReader:
+			_, err := r.Close()
+			codes = append(codes, pgCode(err))
+		case *pgconn.PipelineSync:
+			syncs++
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"08007", "08006", "08006"}; !slices.Equal(codes, want) {
+		t.Fatalf("the pipelined units' errors: %v, want %v", codes, want)
+	}
+	t.Logf("the pipelined units' errors: %v", codes)
+	port, err := readPort(ctx, c, "/* pg-kinetic: stale-ok */ select inet_server_port()")
+	if err != nil || port != cl.Standbys[0].Port {
+		t.Fatalf("a read after the pipeline: port %d, %v; want the standby (%d)", port, err, cl.Standbys[0].Port)
 	}
 }

@@ -61,7 +61,8 @@ type drillStats struct {
 // than the primary of the moment (the old primary after its kill, a
 // standby); every session with a lost write told KN002 at its next unit,
 // including one that kept going after its write failed with 08006 during
-// the outage (sessionEnded); read-your-writes for every read that got an
+// the outage, and one whose unit was in flight when the primary died
+// (08006 or 08007, and the session goes on: sessionEnded); read-your-writes for every read that got an
 // answer, and monotonic reads: a session's count of its own rows never
 // goes down on one connection unless a KN002 told it of lost writes. A
 // KN002 for a session whose writes all survived (a token read
@@ -258,8 +259,8 @@ func TestFailoverDrills(t *testing.T) {
 			lostSessions++
 		}
 		// Each KN002 must follow a lost write of its connection; each lost
-		// write must be followed by a KN002 on its connection, unless that
-		// connection ended first (08006/08007: the client was told).
+		// write must be followed by a KN002 on its connection, which
+		// kineticd keeps open through the failover.
 		lostOf := func(inc, upTo int) bool {
 			for _, w := range st.writes {
 				if w.inc == inc && w.seq <= upTo && lostSeqs[w.seq] {
@@ -290,7 +291,13 @@ func TestFailoverDrills(t *testing.T) {
 			switch {
 			case reported:
 			case st.ended[w.inc] != "":
+				// kineticd closed the session before it could be told
+				// (issue 14: every lost write reported): only when the
+				// loss left a transaction block open or cut a message
+				// short (docs/behaviour.md, "Losing the primary"), which
+				// the drill's units never do.
 				endedFirst++
+				t.Errorf("session %d: write seq %d was lost and its connection ended (%s) before it was told KN002", i, w.seq, st.ended[w.inc])
 			default:
 				missed++
 				t.Errorf("session %d: write seq %d was lost and never reported on its connection", i, w.seq)
@@ -473,11 +480,12 @@ func (st *drillStats) round(ctx context.Context, c *pgx.Conn, tbl string, i, seq
 }
 
 // sessionEnded reports whether a statement's error ended the drill
-// session's connection: closed, no SQLSTATE (the connection lost), or
-// 08007 (a commit's outcome unknown: the client was told). kineticd keeps
-// a session whose write failed with 08006 while the primary is down, and
-// so does the drill: such a session must still be told KN002 of a write
-// the failover lost (issue 14).
+// session's connection: closed, or no SQLSTATE (the connection lost).
+// kineticd keeps a session whose write failed with 08006 while the primary
+// is down, or whose unit in flight the primary's loss failed (08006, or
+// 08007 for a write whose outcome is unknown), and so does the drill:
+// such a session must still be told KN002 of a write the failover lost
+// (issue 14).
 func sessionEnded(c *pgx.Conn, code string) bool {
-	return c.IsClosed() || code == "" || code == "08007"
+	return c.IsClosed() || code == ""
 }
