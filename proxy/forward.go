@@ -960,7 +960,7 @@ func (ss *session) count(l *link, typ byte) {
 		if !l.replica && !ss.mu.writingKeepable {
 			ss.mu.unkeepable = true // (keepAfterLoss)
 		}
-		ss.mu.mayCommitQ = append(ss.mu.mayCommitQ, ss.mu.writingCommits)
+		ss.mu.fates = append(ss.mu.fates, ss.mu.writingFate)
 	}
 	switch typ {
 	case 'Q', 'F':
@@ -1308,6 +1308,9 @@ func (ss *session) prepareUnit(b *batch, open, oversized bool) (u unitInfo, deci
 	}
 	if u.hintErr != "" {
 		return u, nil, true, ss.failUnit(errorf(codeInvalidParameter, "%s", u.hintErr), open)
+	}
+	if stop, err := ss.lostBlockUnit(b, &u, decisions, open); stop || err != nil {
+		return u, nil, true, err
 	}
 	if err := ss.payCaptureDebt(); err != nil {
 		return u, nil, true, err
@@ -1688,17 +1691,18 @@ func countSyncs(b *batch) int {
 // its claim on l until its end (endStream).
 func (ss *session) sendUnit(l *link, b *batch, u unitInfo, open bool) error {
 	commits := !l.replica && (open || executes(b)) && ss.mayCommit(u, b)
-	keepable := !l.replica && !open && ss.keepableUnit(u)
+	keepable := !l.replica && !open && keepableUnit(u)
 	ss.mu.Lock()
 	if commits {
 		ss.mu.commitInFlight = true
 	}
-	ss.mu.writingKeepable, ss.mu.writingCommits = keepable, commits
+	fate := unitFate{mayCommit: commits, status: ss.failedStatusLocked(u)}
+	ss.mu.writingKeepable, ss.mu.writingFate = keepable, fate
 	seq := ss.mu.unitSeq
 	ss.mu.Unlock()
 	err := ss.buffer(l, b)
 	ss.mu.Lock()
-	ss.mu.writingKeepable, ss.mu.writingCommits = false, false
+	ss.mu.writingKeepable, ss.mu.writingFate = false, unitFate{}
 	ss.mu.Unlock()
 	if err == nil {
 		err = ss.afterUnit(l, u, open)
@@ -1706,7 +1710,7 @@ func (ss *session) sendUnit(l *link, b *batch, u unitInfo, open bool) error {
 	if err == nil && l.conn.W.Flush() != nil {
 		err = errServerGone
 	}
-	if keepable && (err == nil && ss.linkDead(l) || errors.Is(err, errServerGone)) && ss.answerLostUnit(l, b, seq, commits) {
+	if keepable && (err == nil && ss.linkDead(l) || errors.Is(err, errServerGone)) && ss.answerLostUnit(l, b, seq, fate) {
 		// The primary was lost under this unit and the session goes
 		// on (keepAfterLoss): the unit got its error.
 		ss.unclaim(l)
@@ -1755,7 +1759,7 @@ func (ss *session) sendRetryable(l *link, b *batch, u unitInfo, open bool) (lost
 	if lost {
 		// Its ReadyForQuery will never come; forget what we counted.
 		ss.mu.pending -= countSyncs(b)
-		ss.mu.mayCommitQ = ss.mu.mayCommitQ[:max(0, len(ss.mu.mayCommitQ)-countSyncs(b))]
+		ss.mu.fates = ss.mu.fates[:max(0, len(ss.mu.fates)-countSyncs(b))]
 		ss.mu.unitSeq -= uint64(countSyncs(b)) // it runs again elsewhere
 		ss.mu.unsynced = false
 		ss.mu.cur = nil

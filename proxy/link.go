@@ -1395,11 +1395,11 @@ func (ss *session) readyForQueryLocked(l *link, status byte) (closeNow bool) {
 		l.ops = l.ops[1:] // answered without a confirmation we could match
 	}
 	ss.mu.pending--
-	if len(ss.mu.mayCommitQ) > 0 {
-		ss.mu.mayCommitQ = ss.mu.mayCommitQ[1:]
+	if len(ss.mu.fates) > 0 {
+		ss.mu.fates = ss.mu.fates[1:]
 	}
 	if ss.mu.pending == 0 {
-		ss.mu.mayCommitQ = nil
+		ss.mu.fates = nil
 		ss.mu.commitInFlight = false // its outcome is known
 		ss.mu.unkeepable = false
 	}
@@ -1522,16 +1522,17 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 // primary connection l was lost while it served the client: with routing
 // on (reads go on on replicas, the next write reconnects to the primary
 // elected then: primaryLink), not pinned (the server session held state of
-// the client's), no transaction block open before or after the units in
-// flight (they are answered with status I), every unit in flight whole
-// (not open, not copying in: sendUnit's keepable units), and no message
-// of the server's cut short on its way to the client. Its token stays, and
-// a write of it the failover lost is then reported (KN002), as for a
-// session that was idle (docs/behaviour.md, Failover). Callers hold
-// ss.wmu and ss.mu.
+// the client's), every unit in flight whole (not open, not copying in, not
+// a chain: sendUnit's keepable units), and no message of the server's cut
+// short on its way to the client. The units in flight fail
+// (answerLostLocked); a transaction block open after them, or open and
+// idle, was lost with the server and fails until the client ends it
+// (lostBlockUnit). Its token stays, and a write of it the failover lost is
+// then reported (KN002), as for a session that was idle (docs/behaviour.md,
+// "Losing the primary"). Callers hold ss.wmu and ss.mu.
 func (ss *session) keepAfterLossLocked(l *link, toldClient bool) bool {
 	return !l.replica && !toldClient && !l.torn && !ss.mu.killed && ss.freshnessOn() && ss.mu.pinned == "" &&
-		ss.mu.pending > 0 && !ss.mu.unkeepable && (!ss.mu.unsynced || ss.mu.writingKeepable) && ss.mu.awaiting != l
+		(ss.mu.pending > 0 || ss.mu.tx != 'I') && !ss.mu.unkeepable && (!ss.mu.unsynced || ss.mu.writingKeepable) && ss.mu.awaiting != l
 }
 
 // mayKeepAfterLoss reports, before an error of primary connection l is
@@ -1543,32 +1544,57 @@ func (ss *session) mayKeepAfterLoss(l *link) bool {
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return l == ss.mu.cur && ss.mu.pinned == "" && ss.mu.pending > 0 && !ss.mu.unkeepable && !ss.mu.unsynced && !ss.mu.killed
+	return l == ss.mu.cur && ss.mu.pinned == "" && (ss.mu.pending > 0 || ss.mu.tx != 'I') && !ss.mu.unkeepable && !ss.mu.unsynced && !ss.mu.killed
 }
 
-// keepableUnit reports whether unit u, about to be written to the primary
-// whole (ended by Sync or Query), leaves no transaction block open however
-// far it gets before a loss of the primary: none open before it (nor a
-// BEGIN the proxy answered, not sent yet) and none opened by it, or its
-// last transaction statement ends the block. Nor a COPY FROM STDIN (the
-// client's data would follow it), nor a chain.
-func (ss *session) keepableUnit(u unitInfo) bool {
-	if u.copyIn || u.chained || u.pinEffect {
-		return false
-	}
-	if u.lastTx == 'e' {
-		return true
-	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return !u.begins && ss.mu.tx == 'I' && ss.deferred == ""
+// keepableUnit reports whether the loss of the primary under unit u,
+// about to be written there whole (ended by Sync or Query), can leave the
+// session going on: not a COPY FROM STDIN (the client's data would follow
+// it), nor an AND CHAIN, nor a unit that pins the session.
+func keepableUnit(u unitInfo) bool {
+	return !u.copyIn && !u.chained && !u.pinEffect
 }
+
+// unitFate is what the loss of the primary under a unit in flight means
+// for the client: its error (mayCommit: 08007, else 08006) and the
+// transaction status after it.
+type unitFate struct {
+	mayCommit bool
+	status    byte // 'I', or 'E': a transaction block stays open, failed
+}
+
+// failedStatusLocked is the transaction status after unit u, about to be
+// written to the primary behind the units in flight, if it fails with the
+// primary: idle if its last transaction statement ends the block, else
+// failed if a block was open before it (as the units ahead leave it) or
+// it opens one, else idle. Callers hold ss.mu.
+func (ss *session) failedStatusLocked(u unitInfo) byte {
+	before := ss.mu.tx
+	if n := len(ss.mu.fates); n > 0 && ss.mu.pending > 0 {
+		before = ss.mu.fates[n-1].status
+	}
+	switch {
+	case u.lastTx == 'e':
+		return 'I'
+	case u.begins || before != 'I':
+		return 'E'
+	}
+	return 'I'
+}
+
+// Values of session.mu.lostBlock.
+const (
+	lostTold   = 'T' // the client got an error in the lost block
+	lostUntold = 'U' // the block was idle when it was lost
+)
 
 // answerLostLocked answers the units in flight on the lost primary
-// connection l, each with an ErrorResponse and ReadyForQuery (status I):
-// 08007 for one that may have committed (its outcome is unknown and it is
-// never run again: mayCommitQ), else 08006. It reports whether a draining session
-// is to close now. Callers hold ss.wmu and ss.mu.
+// connection l, each with an ErrorResponse and ReadyForQuery: 08007 for
+// one that may have committed (its outcome is unknown and it is never run
+// again), else 08006; the status its fate says. A transaction block left
+// open, or one open with nothing in flight, is recorded lost (lostBlock).
+// It reports whether a draining session is to close now. Callers hold
+// ss.wmu and ss.mu.
 func (ss *session) answerLostLocked(l *link) (closeNow bool) {
 	failed := &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeConnectionFailure,
 		Message: "pg-kinetic: lost the connection to the primary",
@@ -1576,18 +1602,30 @@ func (ss *session) answerLostLocked(l *link) (closeNow bool) {
 	unknown := &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: codeTransactionResolutionUnknown,
 		Message: "pg-kinetic: the connection to the primary was lost before the outcome of the transaction was known",
 		Detail:  "server " + l.addr + ": the statement may or may not have committed; the proxy does not run it again"}
+	if ss.mu.pending == 0 && ss.mu.tx != 'I' {
+		ss.mu.lostBlock, ss.mu.tx = lostUntold, 'E'
+		return false
+	}
 	for ss.mu.pending > 0 {
+		fate := unitFate{mayCommit: true, status: 'E'} // (not known: the safe words)
+		if len(ss.mu.fates) > 0 {
+			fate = ss.mu.fates[0]
+		}
 		e := failed
-		if len(ss.mu.mayCommitQ) == 0 || ss.mu.mayCommitQ[0] {
+		if fate.mayCommit {
 			e = unknown
 		}
-		ss.enc, _ = wire.Append(ss.enc[:0], e, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+		ss.enc, _ = wire.Append(ss.enc[:0], e, &pgproto3.ReadyForQuery{TxStatus: fate.status})
 		if _, err := ss.out().Write(ss.enc); err != nil {
 			ss.conn.Close() // the client is gone: the session goroutine sees it
 			return false
 		}
 		ss.unitFailedLocked()
-		closeNow = ss.readyForQueryLocked(l, 'I') || closeNow
+		closeNow = ss.readyForQueryLocked(l, fate.status) || closeNow
+		ss.mu.lostBlock = 0
+		if fate.status != 'I' {
+			ss.mu.lostBlock = lostTold
+		}
 	}
 	if err := ss.flushOut(); err != nil {
 		ss.conn.Close()
@@ -1596,11 +1634,11 @@ func (ss *session) answerLostLocked(l *link) (closeNow bool) {
 }
 
 // answerLostUnit answers the unit sendUnit wrote to l (batch b; seq was
-// the client's unit count before it; commits, mayCommit) when the primary was lost under it
+// the client's unit count before it; fate, what its loss means) when the primary was lost under it
 // and the session goes on (keepAfterLoss): whatever of it the reader did
 // not answer already, its Syncs never written included. false: the
 // session ends instead.
-func (ss *session) answerLostUnit(l *link, b *batch, seq uint64, commits bool) bool {
+func (ss *session) answerLostUnit(l *link, b *batch, seq uint64, fate unitFate) bool {
 	ss.mu.Lock()
 	if !l.dead && !ss.mu.killed {
 		// The write failed before the reader saw the loss: closed, the
@@ -1634,7 +1672,7 @@ func (ss *session) answerLostUnit(l *link, b *batch, seq uint64, commits bool) b
 		ss.mu.pending += int(missing)
 		ss.mu.unitSeq += missing
 		for range missing {
-			ss.mu.mayCommitQ = append(ss.mu.mayCommitQ, commits)
+			ss.mu.fates = append(ss.mu.fates, fate)
 		}
 	}
 	ss.mu.unsynced = false

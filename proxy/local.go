@@ -479,3 +479,65 @@ func (ss *session) rollbackClaimed(l *link) error {
 	}
 	return nil
 }
+
+// lostBlockUnit answers a unit of a transaction block that was lost with
+// the session's primary connection while the session went on
+// (keepAfterLossLocked): the block and everything it did are gone with
+// the server. As in a failed block, only its end is accepted: ROLLBACK
+// (or ABORT) ends it, answered by the proxy in the simple protocol, and
+// in the extended one sent to a replica as a stale-ok read (outside a
+// block there, PostgreSQL answers it with a WARNING and ROLLBACK);
+// COMMIT (or END) ends it with an error, never with a success tag the
+// client could take for a commit. Anything else fails: 08006 the first
+// time when the block was lost idle (the client was told nothing yet),
+// then 25P02. stop: the unit was answered here.
+func (ss *session) lostBlockUnit(b *batch, u *unitInfo, ds []*classified, open bool) (stop bool, err error) {
+	ss.mu.Lock()
+	lost := ss.mu.lostBlock
+	ss.mu.Unlock()
+	if lost == 0 {
+		return false, nil
+	}
+	ss.deferred = "" // (a BEGIN the proxy answered: gone with the rest)
+	var end, rollback bool
+	if !open && len(ds) == 1 && len(ds[0].Statements) == 1 {
+		st := ds[0].Statements[0]
+		end = st.Tx == classify.TxEnd && !st.Chain && st.Effect != classify.EffectPin
+		rollback = end && st.Rollback
+	}
+	simple := len(b.msgs) == 1 && b.msgs[0].typ == 'Q'
+	switch {
+	case rollback && simple:
+		ss.endLostBlock()
+		return true, ss.sendTag("ROLLBACK", 'I')
+	case rollback:
+		ss.endLostBlock()
+		u.staleOK = true
+		return false, nil
+	case end:
+		ss.endLostBlock()
+		return true, ss.failUnit(withDetail(errorf(codeConnectionFailure,
+			"pg-kinetic: the transaction was lost with the connection to the primary and did not commit"),
+			"the transaction block ended when the primary's connection was lost; nothing of it committed"), open)
+	}
+	e := errorf(codeInFailedTx, "current transaction is aborted, commands ignored until end of transaction block")
+	if lost == lostUntold {
+		e = withDetail(errorf(codeConnectionFailure, "pg-kinetic: the transaction was lost with the connection to the primary"),
+			"the transaction block was open when the primary's connection was lost; nothing of it committed; end it with ROLLBACK")
+	}
+	ss.mu.Lock()
+	ss.mu.lostBlock, ss.mu.tx = lostTold, 'E'
+	ss.mu.Unlock()
+	return true, ss.failUnit(e, open)
+}
+
+// endLostBlock ends a lost transaction block (lostBlockUnit): the session
+// is idle, and the session effects of the block's units (SETs) are undone,
+// as a rollback undoes them.
+func (ss *session) endLostBlock() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.mu.lostBlock, ss.mu.tx = 0, 'I'
+	ss.mu.unitErr = false
+	ss.settleEffects(len(ss.mu.effects), len(ss.mu.effects), false)
+}

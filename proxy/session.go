@@ -369,12 +369,17 @@ type session struct {
 		// with commitInFlight. writingKeepable: sendUnit is writing a
 		// whole unit that is not (its Sync may not be counted yet).
 		unkeepable, writingKeepable bool
-		// mayCommitQ: per ReadyForQuery owed (pending), in order, whether
-		// its unit may commit (mayCommit); writingCommits is that of the
-		// unit sendUnit is writing (count appends it).
-		mayCommitQ     []bool
-		writingCommits bool
-		fallback       *fallbackSlot // a primary fallback this session holds until its unit ends
+		// fates: per ReadyForQuery owed (pending), in order, what its
+		// unit's loss with the primary would mean (keepAfterLoss);
+		// writingFate is that of the unit sendUnit is writing (count
+		// appends it). lostBlock: the session's transaction block was
+		// lost with its primary connection, and the session went on:
+		// lostTold once the client got an error for it, lostUntold
+		// before (lostBlockUnit).
+		fates       []unitFate
+		writingFate unitFate
+		lostBlock   byte
+		fallback    *fallbackSlot // a primary fallback this session holds until its unit ends
 
 		// awaiting is a replica link running a retryable read; answered
 		// turns true when the first byte of its answer is about to reach

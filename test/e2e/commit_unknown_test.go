@@ -43,8 +43,12 @@ func TestCommitInFlightWhenPrimaryDies(t *testing.T) {
 			"/* pg-kinetic: primary */ select pg_sleep(3)", "08006", true},
 		{"COMMIT running a deferred trigger, routed", "prefer_replica", "session",
 			[]string{"begin", "insert into %t values (1, 'slow')"}, "commit", "08007", true},
-		{"a write inside a transaction block", "prefer_replica", "session",
+		{"a write inside a transaction block, routing off", "off", "session",
 			[]string{"begin"}, "insert into %t select 1, 'x' from pg_sleep(3)", "08006", false},
+		{"a write inside a transaction block, routed", "prefer_replica", "session",
+			[]string{"begin"}, "insert into %t select 1, 'x' from pg_sleep(3)", "08006", true},
+		{"a write inside a transaction block, routed, transaction pooling", "prefer_replica", "transaction",
+			[]string{"begin"}, "insert into %t select 1, 'x' from pg_sleep(3)", "08006", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := pgtest.New(t, pgtest.Options{Standbys: 1})
@@ -95,7 +99,17 @@ func TestCommitInFlightWhenPrimaryDies(t *testing.T) {
 				t.Fatal("no answer 20 s after the primary died")
 			}
 			// Then: the session goes on, its reads on the standby, or it
-			// has ended.
+			// has ended. A block lost with the primary fails until the
+			// client ends it.
+			if tc.keeps && len(tc.setup) > 0 && tc.stmt != "commit" {
+				_, err := c.Exec(ctx, "select 1", pgx.QueryExecModeSimpleProtocol)
+				if pgCode(err) != "25P02" {
+					t.Fatalf("a statement in the block lost with the primary: %v, want 25P02", err)
+				}
+				if _, err := c.Exec(ctx, "rollback", pgx.QueryExecModeSimpleProtocol); err != nil {
+					t.Fatalf("ROLLBACK of the block lost with the primary: %v", err)
+				}
+			}
 			port, err := readPort(ctx, c, "/* pg-kinetic: stale-ok */ select inet_server_port()")
 			switch {
 			case tc.keeps && (err != nil || port != cl.Standbys[0].Port):
@@ -174,5 +188,69 @@ func TestPipelinedUnitsWhenPrimaryDies(t *testing.T) {
 	port, err := readPort(ctx, c, "/* pg-kinetic: stale-ok */ select inet_server_port()")
 	if err != nil || port != cl.Standbys[0].Port {
 		t.Fatalf("a read after the pipeline: port %d, %v; want the standby (%d)", port, err, cl.Standbys[0].Port)
+	}
+}
+
+// TestIdleBlockWhenPrimaryDies: a session idle inside a transaction block
+// when the primary dies goes on (routing on): the block is lost with the
+// server, so its next statement fails (08006 naming the loss, then 25P02
+// until the block ends), a COMMIT fails instead of passing for a commit,
+// a ROLLBACK ends it (simple and extended protocol); then reads are served
+// by the standby. The block's SET is undone with it.
+func TestIdleBlockWhenPrimaryDies(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  string // how the client ends the block after a failed statement
+		ext  bool   // the end in the extended protocol
+	}{
+		{"COMMIT", "commit", false},
+		{"ROLLBACK", "rollback", false},
+		{"ROLLBACK, extended protocol", "rollback", true},
+		{"COMMIT, extended protocol", "commit", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := pgtest.New(t, pgtest.Options{Standbys: 1})
+			ctx := ctxT(t, 60*time.Second)
+			tbl := chaosTable(t, ctx, cl)
+			dsn := chaosProxy(t, cl, kinetictest.Params{ReadRoutingMode: "prefer_replica", Replicas: addrs(cl.Standbys...)}, "")
+			c := connect(t, ctx, dsn)
+			for _, q := range []string{"begin", "set local work_mem = '7MB'", "set application_name = 'in_lost_block'", "insert into " + tbl + " values (1, 'x')"} {
+				if _, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := cl.Primary.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := c.Exec(ctx, "select 1", pgx.QueryExecModeSimpleProtocol)
+			if code := pgCode(err); code != "08006" {
+				t.Fatalf("the first statement after the block was lost: %v, want 08006", err)
+			}
+			if _, err := c.Exec(ctx, "select 2", pgx.QueryExecModeSimpleProtocol); pgCode(err) != "25P02" {
+				t.Fatalf("the next statement in the lost block: %v, want 25P02", err)
+			}
+			mode := pgx.QueryExecModeSimpleProtocol
+			if tc.ext {
+				mode = pgx.QueryExecModeDescribeExec
+			}
+			_, err = c.Exec(ctx, tc.end, mode)
+			switch {
+			case tc.end == "commit" && pgCode(err) != "08006":
+				t.Fatalf("COMMIT of the lost block: %v, want 08006", err)
+			case tc.end == "rollback" && err != nil:
+				t.Fatalf("ROLLBACK of the lost block: %v", err)
+			}
+			if st := c.PgConn().TxStatus(); st != 'I' {
+				t.Fatalf("transaction status after %s: %c, want I", tc.end, st)
+			}
+			port, err := readPort(ctx, c, "/* pg-kinetic: stale-ok */ select inet_server_port()")
+			if err != nil || port != cl.Standbys[0].Port {
+				t.Fatalf("a read after the lost block: port %d, %v; want the standby (%d)", port, err, cl.Standbys[0].Port)
+			}
+			var app string
+			if err := c.QueryRow(ctx, "/* pg-kinetic: stale-ok */ select current_setting('application_name')", pgx.QueryExecModeSimpleProtocol).Scan(&app); err != nil || app == "in_lost_block" {
+				t.Fatalf("application_name after the lost block: %q, %v; want the block's SET undone", app, err)
+			}
+		})
 	}
 }
