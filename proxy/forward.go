@@ -1647,9 +1647,14 @@ func (ss *session) afterUnit(l *link, u unitInfo, open bool) error {
 	}
 	ss.mu.Lock()
 	inTx := ss.mu.tx != 'I' && !u.txEnd
+	if !l.replica && !u.read {
+		ss.mu.fresh.wrote = true
+	}
 	if !l.replica && (!inTx || u.txEnd) && u.mayWAL {
 		kind := byte(captureWrite)
-		if u.read {
+		if u.read && !(u.commits && ss.mu.fresh.wrote) {
+			// (A COMMIT is a read, unless it ends a block that wrote:
+			// then its position is the block's writes' token.)
 			kind = captureRead
 		}
 		ss.positionAfterLocked(l, unitBatch, kind)

@@ -203,6 +203,9 @@ func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
 			ss.turn.Broadcast()
 			return
 		}
+		if kind == captureWrite {
+			ss.mu.fresh.wrote = false // (the token will cover them)
+		}
 		ss.requestPositionLocked(kind, false, tl)
 		return
 	}
@@ -257,6 +260,9 @@ func (ss *session) positionsDueLocked(l *link, status byte) {
 		if status != 'I' {
 			ss.mu.fresh.captures--
 			continue
+		}
+		if d.kind == captureWrite {
+			ss.mu.fresh.wrote = false // (the token will cover them)
 		}
 		ss.requestPositionLocked(d.kind, false, d.timeline)
 	}

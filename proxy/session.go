@@ -95,6 +95,10 @@ type sessionFreshness struct {
 	floor    freshness.Token // monotonic-read floor: token or what the last read saw
 	minLSN   freshness.Token // SET pg_kinetic.min_lsn
 	captures int             // WAL position queries in flight
+	// wrote: a unit that may write ran on the primary since the last
+	// position asked for as a write's (positionsDueLocked): the COMMIT of
+	// a transaction block then moves the token, not only the floor.
+	wrote bool
 	// captureDebt: the session owes itself a read of the primary's WAL
 	// position before its next unit: after COPY FROM STDIN (nothing else
 	// may follow it on the wire), or after a position query was lost with

@@ -32,6 +32,10 @@ type drillReport struct{ inc, seq int }
 
 // drillStats is what one workload session saw.
 type drillStats struct {
+	// block: the session writes in a transaction block (BEGIN, INSERT,
+	// COMMIT), so a failover may lose the block under it.
+	block      bool
+	rollbacks  []string // a ROLLBACK after a failed statement of a block that failed itself
 	writes     []drillWrite
 	kn002      []drillReport  // the last acknowledged write when a statement got KN002
 	ended      map[int]string // connections that ended with an error, and the SQLSTATE
@@ -114,14 +118,15 @@ func TestFailoverDrills(t *testing.T) {
 	// again; a lost connection is a new session.
 	// Sessions 0-3 keep out of the moment of each kill (quiet: they are
 	// idle then, so they survive it and must be told KN002 of a lost
-	// write); 4 and 5 may have a write in flight (told 08007 or 08006).
-	const sessions, quietSessions = 6, 4
+	// write); 4 and 5 may have a write in flight (told 08007 or 08006),
+	// and 6, which writes in transaction blocks, a block open.
+	const sessions, quietSessions, blockSession = 7, 4, 6
 	var quiet sync.RWMutex
 	stop := make(chan struct{})
 	stats := make([]*drillStats, sessions)
 	var wg sync.WaitGroup
 	for i := range sessions {
-		st := &drillStats{readErrors: map[string]int{}, ended: map[int]string{}}
+		st := &drillStats{readErrors: map[string]int{}, ended: map[int]string{}, block: i == blockSession}
 		stats[i] = st
 		var gate *sync.RWMutex
 		if i < quietSessions {
@@ -309,6 +314,9 @@ func TestFailoverDrills(t *testing.T) {
 		for _, v := range st.ryw {
 			t.Errorf("session %d: read-your-writes violation: %s", i, v)
 		}
+		for _, v := range st.rollbacks {
+			t.Errorf("session %d: %s", i, v)
+		}
 		if len(st.readErrors) > 0 {
 			t.Logf("session %d read errors by SQLSTATE: %v", i, st.readErrors)
 		}
@@ -411,7 +419,22 @@ func (st *drillStats) round(ctx context.Context, c *pgx.Conn, tbl string, i, seq
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var port int
 		sent := time.Now()
-		err := c.QueryRow(octx, fmt.Sprintf("insert into %s values (%d, %d) returning inet_server_port()", tbl, i, seq)).Scan(&port)
+		insert := fmt.Sprintf("insert into %s values (%d, %d) returning inet_server_port()", tbl, i, seq)
+		var err error
+		if st.block {
+			// BEGIN, INSERT, COMMIT: a block lost with the primary fails
+			// until it is rolled back (or its COMMIT fails).
+			var tx pgx.Tx
+			if tx, err = c.Begin(octx); err == nil {
+				if err = tx.QueryRow(octx, insert).Scan(&port); err == nil {
+					err = tx.Commit(octx)
+				} else if rerr := tx.Rollback(octx); rerr != nil && pgCode(err) != "" && !c.IsClosed() {
+					st.rollbacks = append(st.rollbacks, fmt.Sprintf("seq %d: ROLLBACK after %v failed: %v", seq, err, rerr))
+				}
+			}
+		} else {
+			err = c.QueryRow(octx, insert).Scan(&port)
+		}
 		cancel()
 		if err != nil {
 			code := pgCode(err)

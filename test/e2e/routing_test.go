@@ -1110,3 +1110,67 @@ func TestSerializableByDefaultReadsOnThePrimary(t *testing.T) {
 		})
 	}
 }
+
+// TestBlockCommitMovesToken: the COMMIT of a transaction block that wrote
+// moves the session's token (SHOW pg_kinetic.write_lsn, the
+// ParameterStatus) to a position at or after the commit, as an autocommit
+// write does; a read-only block's COMMIT leaves it. (Before, a block's
+// COMMIT, classified a read, raised only the floor: read-your-writes held,
+// but the token never named the block's writes, so a failover that lost
+// them went unreported, and a token carried to another session missed
+// them. TestFailoverDrills' block session found it.)
+func TestBlockCommitMovesToken(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 30*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	c := connect(t, ctx, px.AppDSN())
+	tbl := uniqueIdent("blocktoken")
+	if _, err := c.Exec(ctx, "create table "+tbl+" (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	token := func() string {
+		var s string
+		if err := c.QueryRow(ctx, "show pg_kinetic.write_lsn", pgx.QueryExecModeSimpleProtocol).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for i := range 3 {
+		start, err := cl.Primary.QueryString(ctx, "select pg_current_wal_insert_lsn()")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "insert into "+tbl+" values ($1)", i); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := token()
+		_, lsn, _ := strings.Cut(got, ":")
+		// The block's INSERT and COMMIT records lie after start: a token
+		// at or after the commit is past it.
+		past, err := cl.Primary.QueryString(ctx, fmt.Sprintf("select '%s'::pg_lsn > '%s'::pg_lsn", lsn, start))
+		if err != nil || past != "t" {
+			t.Fatalf("write_lsn after block %d's COMMIT: %q, the primary at the block's start %s (%v); want a position past it", i, got, start, err)
+		}
+	}
+	before := token()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "select count(*) from "+tbl); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := token(); got != before {
+		t.Fatalf("write_lsn after a read-only block: %q, before it %q; want unchanged", got, before)
+	}
+}
