@@ -110,6 +110,7 @@ func (ss *session) finish(atBoundary bool, err error) {
 		// A server connection lost under a write; its reader has said
 		// so already unless the session went on after it
 		// (keepAfterLoss) and the write came just after.
+		ss.log.Info("a server connection was lost under a write: the session ends")
 		ss.kill(&clientError{severity: "FATAL", code: codeConnectionFailure, message: "pg-kinetic: lost the connection to the server"})
 	}
 	ss.mu.Lock()

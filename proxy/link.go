@@ -1759,6 +1759,8 @@ func (ss *session) serverFailed(srv *pool.Conn, err error, toldClient bool) {
 	srv.MarkBroken()
 	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 		ss.log.Warn("server connection failed", zap.String("server", srv.Addr), zap.Error(err))
+	} else {
+		ss.log.Info("server connection closed by the server: the session ends", zap.String("server", srv.Addr))
 	}
 	if toldClient {
 		ss.kill(nil)

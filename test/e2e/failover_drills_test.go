@@ -428,7 +428,7 @@ func (st *drillStats) round(ctx context.Context, c *pgx.Conn, tbl string, i, seq
 			if tx, err = c.Begin(octx); err == nil {
 				if err = tx.QueryRow(octx, insert).Scan(&port); err == nil {
 					err = tx.Commit(octx)
-				} else if rerr := tx.Rollback(octx); rerr != nil && pgCode(err) != "" && !c.IsClosed() {
+				} else if rerr := tx.Rollback(octx); rerr != nil && pgCode(err) != "" {
 					st.rollbacks = append(st.rollbacks, fmt.Sprintf("seq %d: ROLLBACK after %v failed: %v", seq, err, rerr))
 				}
 			}
