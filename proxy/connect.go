@@ -462,6 +462,18 @@ func (ss *session) primaryLink() (*link, error) {
 		// the seeds: "primary changes during transaction: fail the
 		// pinned transaction").
 		pinned := ss.mu.pinned
+		if pinned == "" && ss.freshnessOn() && addr != "" && ss.mu.pending == 0 && ss.mu.tx != 'I' {
+			// A transaction block: lost as with its server's loss
+			// (blockOnOldPrimary, which the election came just after),
+			// the session going on; acquireLink fails the unit.
+			l.kept = true
+			ss.mu.lostBlock, ss.mu.tx = lostUntold, 'E'
+			ss.mu.Unlock()
+			ss.log.Warn("the primary changed under a transaction block: the block is lost, the session continues",
+				zap.String("from", l.addr), zap.String("to", addr))
+			l.conn.Close()
+			return nil, errBlockLost
+		}
 		ss.mu.Unlock()
 		return nil, ss.primaryMovedError(l.addr, addr, why, pinned)
 	}

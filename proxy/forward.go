@@ -1310,6 +1310,7 @@ func (ss *session) prepareUnit(b *batch, open, oversized bool) (u unitInfo, deci
 	if u.hintErr != "" {
 		return u, nil, true, ss.failUnit(errorf(codeInvalidParameter, "%s", u.hintErr), open)
 	}
+	ss.blockOnOldPrimary()
 	if stop, err := ss.lostBlockUnit(b, &u, decisions, open); stop || err != nil {
 		return u, nil, true, err
 	}
@@ -1429,6 +1430,22 @@ func (ss *session) acquireLink(d decision, u unitInfo, primaryV health.Verdict, 
 		if l, err = ss.primaryLink(); err != nil {
 			if errors.Is(err, errQueuedCancel) {
 				return nil, acquireDone, ss.failUnit(queryCanceled(), open)
+			}
+			if errors.Is(err, errBlockLost) {
+				// The unit fails like the block's statements (lostBlockUnit);
+				// one that ends the block ends it.
+				ss.mu.Lock()
+				ss.mu.lostBlock, ss.mu.tx = lostTold, 'E'
+				if u.lastTx == 'e' && !u.chained {
+					ss.mu.lostBlock, ss.mu.tx = 0, 'I'
+				}
+				ss.mu.Unlock()
+				if u.lastTx == 'e' && !u.chained {
+					ss.endLostBlock()
+				}
+				return nil, acquireDone, ss.failUnit(withDetail(errorf(codeConnectionFailure,
+					"pg-kinetic: the primary changed under this transaction, which did not commit"),
+					"another server was elected primary while the transaction block was open; end it with ROLLBACK"), open)
 			}
 			if ce, ok := err.(*clientError); ok && ce.severity == "FATAL" {
 				return nil, acquireDone, ce // the session ends (a primary change under its transaction)

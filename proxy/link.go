@@ -1473,6 +1473,14 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 	ss.turn.Broadcast()
 	ss.mu.Unlock()
 	if wrote {
+		// What the reader relayed before the loss may still sit in the
+		// client buffer (it flushes when the server's buffer runs dry,
+		// and the error that ended l may have followed a ReadyForQuery
+		// in the same read): it is due now, or the client waits for it
+		// for ever (a drill's session in a block did, 10 s).
+		if ss.w != nil && ss.w.Buffered() > 0 {
+			ss.flushOut()
+		}
 		ss.wmu.Unlock()
 	}
 	if kept {
@@ -1603,7 +1611,10 @@ func (ss *session) answerLostLocked(l *link) (closeNow bool) {
 		Message: "pg-kinetic: the connection to the primary was lost before the outcome of the transaction was known",
 		Detail:  "server " + l.addr + ": the statement may or may not have committed; the proxy does not run it again"}
 	if ss.mu.pending == 0 && ss.mu.tx != 'I' {
-		ss.mu.lostBlock, ss.mu.tx = lostUntold, 'E'
+		if ss.mu.lostBlock == 0 {
+			ss.mu.lostBlock = lostUntold
+		}
+		ss.mu.tx = 'E'
 		return false
 	}
 	for ss.mu.pending > 0 {

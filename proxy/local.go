@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"go.uber.org/zap"
 
 	"github.com/pg-kinetic/pg-kinetic/classify"
 	"github.com/pg-kinetic/pg-kinetic/config"
@@ -540,4 +542,47 @@ func (ss *session) endLostBlock() {
 	ss.mu.lostBlock, ss.mu.tx = 0, 'I'
 	ss.mu.unitErr = false
 	ss.settleEffects(len(ss.mu.effects), len(ss.mu.effects), false)
+}
+
+// errBlockLost: primaryLink found the session's transaction block open on
+// a server that is no longer the primary, and the block is now lost
+// (blockOnOldPrimary).
+var errBlockLost = errors.New("the transaction block's server is no longer the primary")
+
+// blockOnOldPrimary, before a unit inside a transaction block open on the
+// session's primary connection, finds whether that server is still the
+// route's primary. When another was elected since (a failover the
+// connection has not seen end yet: its backend lingers after its
+// postmaster was killed), the block is lost as if that server had gone:
+// its connection is closed (the backend rolls the block back), and the
+// block fails until the client ends it (lostBlockUnit), the session going
+// on. No write reaches a server that is not the primary of the moment.
+// (A pinned session's state is on that server: primaryLink ends it.)
+func (ss *session) blockOnOldPrimary() {
+	if !ss.freshnessOn() || ss.deferred != "" {
+		return
+	}
+	ss.mu.Lock()
+	l := ss.mu.primary
+	inBlock := ss.mu.tx != 'I' && ss.mu.pending == 0 && ss.mu.lostBlock == 0 && ss.mu.pinned == "" &&
+		l != nil && l == ss.mu.cur && !l.dead && !l.released
+	ss.mu.Unlock()
+	if !inBlock {
+		return
+	}
+	addr, _ := ss.primaryAddr()
+	if addr == "" || addr == l.addr {
+		return
+	}
+	ss.mu.Lock()
+	if l.dead || ss.mu.lostBlock != 0 {
+		ss.mu.Unlock()
+		return
+	}
+	l.kept = true
+	ss.mu.lostBlock, ss.mu.tx = lostUntold, 'E'
+	ss.mu.Unlock()
+	ss.log.Warn("the primary changed under a transaction block: the block is lost, the session continues",
+		zap.String("from", l.addr), zap.String("to", addr))
+	l.conn.Close() // (its reader ends; the session goes on: keepAfterLoss)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,8 @@ type drillStats struct {
 	// COMMIT), so a failover may lose the block under it.
 	block      bool
 	rollbacks  []string // a ROLLBACK after a failed statement of a block that failed itself
+	connErrors []string // writes that failed without a SQLSTATE
+	endErrors  []string // the errors that ended its connections
 	writes     []drillWrite
 	kn002      []drillReport  // the last acknowledged write when a statement got KN002
 	ended      map[int]string // connections that ended with an error, and the SQLSTATE
@@ -323,6 +326,12 @@ func TestFailoverDrills(t *testing.T) {
 		if len(st.writeErrors) > 0 {
 			t.Logf("session %d write errors by SQLSTATE: %v", i, st.writeErrors)
 		}
+		for _, e := range st.endErrors {
+			t.Logf("session %d: a connection ended with: %s", i, e)
+		}
+		for _, e := range st.connErrors {
+			t.Logf("session %d: a write failed without a SQLSTATE: %s", i, e)
+		}
 		for code, n := range st.writeErrors {
 			// A write's error is the failover's (08xxx: the primary gone
 			// or unavailable; 57P0x: it shut down; KN002; a timeout or a
@@ -381,6 +390,7 @@ func drillSession(ctx context.Context, t *testing.T, dsn, tbl string, i int, st 
 			code = "conn"
 		}
 		st.ended[inc] = code
+		st.endErrors = append(st.endErrors, err.Error())
 		c.Close(ctx)
 		c = nil
 	}
@@ -413,27 +423,35 @@ func drillSession(ctx context.Context, t *testing.T, dsn, tbl string, i int, st 
 	}
 }
 
+// drillDumpOnce: the proxy's goroutines are dumped at the first write
+// that timed out (a hang).
+var drillDumpOnce sync.Once
+
 // round is one INSERT and its reads of a drill session.
 func (st *drillStats) round(ctx context.Context, c *pgx.Conn, tbl string, i, seq int, lastAcked *int, inc int, drill *atomic.Int32, end func(error)) {
 	{
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var port int
 		sent := time.Now()
-		insert := fmt.Sprintf("insert into %s values (%d, %d) returning inet_server_port()", tbl, i, seq)
+		// (Parameters, as applications write them: pgx caches one
+		// statement. With a new text per round its cache evicts, and a
+		// deallocation the primary's loss fails makes pgx close the
+		// connection itself: docs/behaviour.md, "Losing the primary".)
+		insert := fmt.Sprintf("insert into %s values ($1, $2) returning inet_server_port()", tbl)
 		var err error
 		if st.block {
 			// BEGIN, INSERT, COMMIT: a block lost with the primary fails
 			// until it is rolled back (or its COMMIT fails).
 			var tx pgx.Tx
 			if tx, err = c.Begin(octx); err == nil {
-				if err = tx.QueryRow(octx, insert).Scan(&port); err == nil {
+				if err = tx.QueryRow(octx, insert, i, seq).Scan(&port); err == nil {
 					err = tx.Commit(octx)
 				} else if rerr := tx.Rollback(octx); rerr != nil && pgCode(err) != "" {
 					st.rollbacks = append(st.rollbacks, fmt.Sprintf("seq %d: ROLLBACK after %v failed: %v", seq, err, rerr))
 				}
 			}
 		} else {
-			err = c.QueryRow(octx, insert).Scan(&port)
+			err = c.QueryRow(octx, insert, i, seq).Scan(&port)
 		}
 		cancel()
 		if err != nil {
@@ -443,6 +461,18 @@ func (st *drillStats) round(ctx context.Context, c *pgx.Conn, tbl string, i, seq
 			}
 			if code == "" {
 				st.writeErrors["conn"]++
+				st.connErrors = append(st.connErrors, fmt.Sprintf("seq %d: %v", seq, err))
+				if errors.Is(err, context.DeadlineExceeded) {
+					drillDumpOnce.Do(func() {
+						buf := make([]byte, 1<<22)
+						buf = buf[:runtime.Stack(buf, true)]
+						for _, g := range strings.Split(string(buf), "\n\n") {
+							if strings.Contains(g, "pg-kinetic/proxy.") {
+								fmt.Fprintf(os.Stderr, "drill hang: proxy goroutine:\n%s\n\n", g)
+							}
+						}
+					})
+				}
 			} else {
 				st.writeErrors[code]++
 			}
@@ -464,11 +494,11 @@ func (st *drillStats) round(ctx context.Context, c *pgx.Conn, tbl string, i, seq
 		for r := 0; r < 2; r++ {
 			octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			var n int
-			q := fmt.Sprintf("select count(*) from %s where session = %d and seq = %d", tbl, i, seq)
+			q, args := fmt.Sprintf("select count(*) from %s where session = $1 and seq = $2", tbl), []any{i, seq}
 			if r == 1 {
-				q = fmt.Sprintf("select count(*) from %s where session = %d", tbl, i)
+				q, args = fmt.Sprintf("select count(*) from %s where session = $1", tbl), []any{i}
 			}
-			err := c.QueryRow(octx, q).Scan(&n)
+			err := c.QueryRow(octx, q, args...).Scan(&n)
 			cancel()
 			switch code := pgCode(err); {
 			case err == nil && r == 0 && n != 1:
