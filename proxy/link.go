@@ -1395,11 +1395,14 @@ func (ss *session) readyForQueryLocked(l *link, status byte) (closeNow bool) {
 		l.ops = l.ops[1:] // answered without a confirmation we could match
 	}
 	ss.mu.pending--
-	if len(ss.mu.fates) > 0 {
-		ss.mu.fates = ss.mu.fates[1:]
+	if n := len(ss.mu.fates); n > 0 {
+		// (Shifted in place, not resliced: the array is kept for the
+		// next units, no allocation per unit.)
+		copy(ss.mu.fates, ss.mu.fates[1:])
+		ss.mu.fates = ss.mu.fates[:n-1]
 	}
 	if ss.mu.pending == 0 {
-		ss.mu.fates = nil
+		ss.mu.fates = ss.mu.fates[:0]
 		ss.mu.commitInFlight = false // its outcome is known
 		ss.mu.unkeepable = false
 	}
