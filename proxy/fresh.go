@@ -211,7 +211,7 @@ func (ss *session) positionAfterLocked(l *link, batch uint64, kind byte) {
 	}
 	if l.dead && l.kept {
 		// The unit failed with its primary, and the session went on
-		// (positionsDroppedLocked).
+		// (positionsLostLocked).
 		ss.mu.fresh.captures--
 		ss.turn.Broadcast()
 		return
@@ -310,28 +310,15 @@ func (ss *session) requestPositionLocked(kind byte, clearsDebt bool, tl uint32) 
 	rd.Request(done)
 }
 
-// positionsLostLocked uncounts the positions due on a link that failed:
-// what those units wrote is unknown (captureDebt). Callers hold ss.mu.
-// positionsDroppedLocked forgets the positions due on the lost primary
-// connection l whose units in flight the proxy failed, the session going
-// on (keepAfterLoss): the client was told each failed (08006) or that its
-// outcome is unknown (08007), so no read of its owes them anything — no
-// debt, no unsure write. (positionsDueLocked has already asked for those
-// of every unit answered.) A replica's replay note is kept. Callers hold
-// ss.mu.
-func (ss *session) positionsDroppedLocked(l *link) {
-	for _, d := range l.due {
-		if d.kind == captureReplay {
-			ss.noteSeenLocked(l.addr)
-			continue
-		}
-		ss.mu.fresh.captures--
-	}
-	l.due = nil
-	ss.turn.Broadcast()
-}
-
-func (ss *session) positionsLostLocked(l *link) {
+// positionsLostLocked uncounts the positions due on a link that failed.
+// owed: what those units wrote is unknown (captureDebt; a write is an
+// unsure one). Not owed: the units in flight failed with the primary and
+// the session went on (keepAfterLoss); the client was told each failed
+// (08006) or that its outcome is unknown (08007), so no read of its owes
+// them anything. (positionsDueLocked has already asked for those of every
+// unit answered.) A replica's replay note is kept either way. Callers
+// hold ss.mu.
+func (ss *session) positionsLostLocked(l *link, owed bool) {
 	for _, d := range l.due {
 		if d.kind == captureReplay {
 			// The read may have reached the client: it counts as seen.
@@ -339,6 +326,9 @@ func (ss *session) positionsLostLocked(l *link) {
 			continue
 		}
 		ss.mu.fresh.captures--
+		if !owed {
+			continue
+		}
 		ss.oweCaptureLocked()
 		if d.kind == captureWrite {
 			ss.markUnsureLocked(d.timeline)

@@ -1452,13 +1452,11 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 	}
 	ss.forgetSwallowLocked(l, len(l.swallow)) // they will never be answered
 	if kept {
-		// The units in flight fail (answerLostLocked): the client
-		// relies on nothing they did.
 		l.kept = true
-		ss.positionsDroppedLocked(l)
-	} else {
-		ss.positionsLostLocked(l)
 	}
+	// The units in flight of a session that goes on fail
+	// (answerLostLocked): the client relies on nothing they did.
+	ss.positionsLostLocked(l, !kept)
 	// Parses and Closes the server never confirmed did not happen for the
 	// client (a read retried elsewhere writes them again).
 	for _, op := range l.ops {
