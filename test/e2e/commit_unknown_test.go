@@ -70,6 +70,9 @@ func TestCommitInFlightWhenPrimaryDies(t *testing.T) {
 				p.Replicas = addrs(cl.Standbys...)
 			}
 			dsn := chaosProxy(t, cl, p, "")
+			if tc.routing != "off" {
+				awaitReplicaRead(t, dsn, pgtest.Ports(cl.Standbys...))
+			}
 			c := connect(t, ctx, dsn)
 			sub := func(q string) string { return strings.ReplaceAll(q, "%t", tbl) }
 			for _, q := range tc.setup {
@@ -141,6 +144,7 @@ func TestPipelinedUnitsWhenPrimaryDies(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	tbl := chaosTable(t, ctx, cl)
 	dsn := chaosProxy(t, cl, kinetictest.Params{ReadRoutingMode: "prefer_replica", Replicas: addrs(cl.Standbys...)}, "")
+	awaitReplicaRead(t, dsn, pgtest.Ports(cl.Standbys...))
 	c := connect(t, ctx, dsn)
 	p := c.PgConn().StartPipeline(ctx)
 	for _, q := range []string{
@@ -213,6 +217,9 @@ func TestIdleBlockWhenPrimaryDies(t *testing.T) {
 			ctx := ctxT(t, 60*time.Second)
 			tbl := chaosTable(t, ctx, cl)
 			dsn := chaosProxy(t, cl, kinetictest.Params{ReadRoutingMode: "prefer_replica", Replicas: addrs(cl.Standbys...)}, "")
+			// (The standby serves reads once its lag is known: before the
+			// kill, or the read after it would find none.)
+			awaitReplicaRead(t, dsn, pgtest.Ports(cl.Standbys...))
 			c := connect(t, ctx, dsn)
 			for _, q := range []string{"begin", "set local work_mem = '7MB'", "set application_name = 'in_lost_block'", "insert into " + tbl + " values (1, 'x')"} {
 				if _, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
