@@ -140,12 +140,7 @@ func TestCommitInFlightWhenPrimaryDies(t *testing.T) {
 // and the session goes on, its next read served by the standby
 // (docs/behaviour.md, "Losing the primary").
 func TestPipelinedUnitsWhenPrimaryDies(t *testing.T) {
-	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
-	ctx := ctxT(t, 60*time.Second)
-	tbl := chaosTable(t, ctx, cl)
-	dsn := chaosProxy(t, cl, kinetictest.Params{ReadRoutingMode: "prefer_replica", Replicas: addrs(cl.Standbys...)}, "")
-	awaitReplicaRead(t, dsn, pgtest.Ports(cl.Standbys...))
-	c := connect(t, ctx, dsn)
+	cl, ctx, tbl, c := routedSessionToKill(t)
 	p := c.PgConn().StartPipeline(ctx)
 	for _, q := range []string{
 		"insert into " + tbl + " select 7, 'x' from pg_sleep(3)",
@@ -213,14 +208,7 @@ func TestIdleBlockWhenPrimaryDies(t *testing.T) {
 		{"COMMIT, extended protocol", "commit", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cl := pgtest.New(t, pgtest.Options{Standbys: 1})
-			ctx := ctxT(t, 60*time.Second)
-			tbl := chaosTable(t, ctx, cl)
-			dsn := chaosProxy(t, cl, kinetictest.Params{ReadRoutingMode: "prefer_replica", Replicas: addrs(cl.Standbys...)}, "")
-			// (The standby serves reads once its lag is known: before the
-			// kill, or the read after it would find none.)
-			awaitReplicaRead(t, dsn, pgtest.Ports(cl.Standbys...))
-			c := connect(t, ctx, dsn)
+			cl, ctx, tbl, c := routedSessionToKill(t)
 			for _, q := range []string{"begin", "set local work_mem = '7MB'", "set application_name = 'in_lost_block'", "insert into " + tbl + " values (1, 'x')"} {
 				if _, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
 					t.Fatal(err)
@@ -260,4 +248,18 @@ func TestIdleBlockWhenPrimaryDies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// routedSessionToKill starts a primary and a standby, a routed kineticd
+// (prefer_replica) and a client session through it, once the standby
+// serves reads (its lag known: a read after the kill finds it eligible),
+// with a table for the chaos tests.
+func routedSessionToKill(t *testing.T) (*pgtest.Cluster, context.Context, string, *pgx.Conn) {
+	t.Helper()
+	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
+	ctx := ctxT(t, 60*time.Second)
+	tbl := chaosTable(t, ctx, cl)
+	dsn := chaosProxy(t, cl, kinetictest.Params{ReadRoutingMode: "prefer_replica", Replicas: addrs(cl.Standbys...)}, "")
+	awaitReplicaRead(t, dsn, pgtest.Ports(cl.Standbys...))
+	return cl, ctx, tbl, connect(t, ctx, dsn)
 }
