@@ -68,7 +68,7 @@ func main() {
 
 func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	targets := fs.String("targets", "all", "comma-separated targets: direct, pgbouncer (both pool modes), pgbouncer-session, pgbouncer-tx, pgpool, kineticd (all three), kineticd-session, kineticd-tx, kineticd-tx-routed; or all")
+	targets := fs.String("targets", "all", "comma-separated targets: direct, direct-replicas (the clients split over the standbys, no proxy), pgbouncer (both pool modes), pgbouncer-session, pgbouncer-tx, pgpool, kineticd (all three), kineticd-session, kineticd-tx, kineticd-tx-routed; or all")
 	workloads := fs.String("workloads", "select,mix", "comma-separated workloads: select (pgbench -S), mix (select-only@9 + simple-update@1)")
 	modes := fs.String("modes", "simple,extended,prepared", "comma-separated pgbench -M query modes")
 	clients := fs.String("clients", "1,16,256", "comma-separated client counts")
@@ -157,7 +157,7 @@ func pickTargets(list string) ([]target, error) {
 	for _, name := range splitList(list) {
 		n := 0
 		for _, t := range allTargets {
-			if t.name == name || !t.optIn && (name == "all" || t.kind == name) {
+			if t.name == name || !t.optIn && (name == "all" || t.kind == name && !t.spread) {
 				want[t.name] = true
 				n++
 			}
@@ -323,8 +323,12 @@ func progressLine(r result) string {
 	if r.err != "" {
 		return "FAILED: " + r.err
 	}
-	return fmt.Sprintf("%8.0f tps  p50 %.3f ms  p99 %.3f ms  cpu %s s/100k q  rss %s MiB  pss %s MiB  replica %s",
-		r.tps, r.p50, r.p99, num(r.cpu100k, 2), num(r.rssMiB, 1), num(r.pssMiB, 1), pct(r.replica))
+	var per []string
+	for _, x := range r.servers {
+		per = append(per, pct(x))
+	}
+	return fmt.Sprintf("%8.0f tps  p50 %.3f ms  p99 %.3f ms  cpu %s s/100k q  rss %s MiB  pss %s MiB  replica %s  (primary/standbys %s)",
+		r.tps, r.p50, r.p99, num(r.cpu100k, 2), num(r.rssMiB, 1), num(r.pssMiB, 1), pct(r.replica), strings.Join(per, "/"))
 }
 
 // runOnce runs one cell against one target: fresh proxy, warm-up, measured
@@ -379,7 +383,7 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 	if o.warmup > 0 {
 		warm := br
 		warm.txPerClient = o.warmup
-		wrep, err := warm.run(ctx)
+		wrep, err := warm.runOn(ctx, in)
 		if err != nil {
 			return fail(fmt.Errorf("warm-up: %w", err))
 		}
@@ -399,7 +403,7 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 	if err := b.resetStatements(ctx); err != nil {
 		return result{}, err
 	}
-	rep, err := br.run(ctx)
+	rep, err := br.runOn(ctx, in)
 	if err != nil {
 		return fail(err)
 	}
@@ -440,6 +444,9 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 		}
 		if total > 0 {
 			r.replica = float64(replica) / float64(total)
+			for i := range after {
+				r.servers = append(r.servers, float64(after[i]-before[i])/float64(total))
+			}
 		}
 	}
 	return r, nil

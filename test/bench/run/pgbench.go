@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -172,6 +173,65 @@ func (r benchRun) run(ctx context.Context) (pgbenchReport, error) {
 	return rep, nil
 }
 
+// runSpread runs r against every address at once, the clients split as
+// evenly as they go (the first addresses get one more), and adds up what
+// the runs measured; latency percentiles are over all their transactions.
+// Each run logs to its own directory under r.logDir.
+func (r benchRun) runSpread(ctx context.Context, addrs []string) (pgbenchReport, error) {
+	n := min(len(addrs), r.clients)
+	type out struct {
+		rep pgbenchReport
+		err error
+	}
+	outs := make([]out, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		one := r
+		one.addr = addrs[i]
+		one.clients = r.clients / n
+		if i < r.clients%n {
+			one.clients++
+		}
+		if r.logDir != "" {
+			one.logDir = filepath.Join(r.logDir, strconv.Itoa(i))
+			if err := os.Mkdir(one.logDir, 0o755); err != nil {
+				return pgbenchReport{}, err
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i].rep, outs[i].err = one.run(ctx)
+		}()
+	}
+	wg.Wait()
+	var sum pgbenchReport
+	for _, o := range outs {
+		if o.err != nil {
+			return pgbenchReport{}, o.err
+		}
+		sum.tps += o.rep.tps
+		sum.txns += o.rep.txns
+		sum.queries += o.rep.queries
+		sum.failed += o.rep.failed
+		sum.connTime = max(sum.connTime, o.rep.connTime)
+	}
+	if r.logDir != "" {
+		var lat []float64
+		for i := range n {
+			l, err := readLatencies(filepath.Join(r.logDir, strconv.Itoa(i)))
+			if err != nil {
+				return pgbenchReport{}, err
+			}
+			lat = append(lat, l...)
+		}
+		sum.samples = len(lat)
+		sum.p50 = percentile(lat, 50) / 1000
+		sum.p99 = percentile(lat, 99) / 1000
+	}
+	return sum, nil
+}
+
 // firstError returns pgbench's first error line on stderr, without the
 // "pgbench: error: " prefix, or "".
 func firstError(stderr string) string {
@@ -297,4 +357,14 @@ func percentile(xs []float64, p float64) float64 {
 	slices.Sort(xs)
 	rank := int(math.Ceil(p / 100 * float64(len(xs))))
 	return xs[min(max(rank, 1), len(xs))-1]
+}
+
+// runOn runs r against instance in: its address, or all of its addresses
+// at once (direct-replicas).
+func (r benchRun) runOn(ctx context.Context, in *instance) (pgbenchReport, error) {
+	if len(in.addrs) > 0 {
+		return r.runSpread(ctx, in.addrs)
+	}
+	r.addr = in.addr
+	return r.run(ctx)
 }

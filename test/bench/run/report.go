@@ -10,14 +10,15 @@ import (
 
 // result is one run of one target in one cell.
 type result struct {
-	err      string  // first error line; "" when the run succeeded
-	tps      float64 // without initial connection time
-	p50, p99 float64 // ms
-	failed   int64   // pgbench's failed transactions (serialization, deadlock)
-	cpu100k  float64 // proxy CPU seconds per 100k queries; NaN for direct
-	rssMiB   float64 // proxy RSS at the end of the run; NaN for direct
-	pssMiB   float64 // proxy PSS at the end of the run; NaN for direct
-	replica  float64 // share of transactions the replica served, 0..1; NaN if unknown
+	err      string    // first error line; "" when the run succeeded
+	tps      float64   // without initial connection time
+	p50, p99 float64   // ms
+	failed   int64     // pgbench's failed transactions (serialization, deadlock)
+	cpu100k  float64   // proxy CPU seconds per 100k queries; NaN for direct
+	rssMiB   float64   // proxy RSS at the end of the run; NaN for direct
+	pssMiB   float64   // proxy PSS at the end of the run; NaN for direct
+	replica  float64   // share of transactions the replica served, 0..1; NaN if unknown
+	servers  []float64 // each server's share of the transactions, primary first (progress lines only)
 	// own, client: statements kineticd ran on its own (probes, position
 	// reader, anything injected) and the rest, from pg_stat_statements on
 	// every server during the measured run; NaN if unknown.
@@ -119,12 +120,25 @@ func writeCell(w io.Writer, c cell, targets []target, sums map[string]summary) {
 			num(s.tps, 0), num(s.p50, 3), num(s.p99, 3), num(s.cpu100k, 2), num(s.rssMiB, 1), num(s.pssMiB, 1), pct(s.replica), pct2(s.own), s.failed)
 	}
 	var rows []string
+	split, splitOK := spreadCost(sums)
 	for _, t := range targets {
+		if t.kind == "direct" && t.spread {
+			if b, ok := sums["direct"]; ok && sums[t.name].ok && b.ok {
+				k := sums[t.name]
+				rows = append(rows, fmt.Sprintf("| %s / direct | %s | %s | %s | | |", t.name,
+					ratio(k.tps, b.tps), ratio(k.p50, b.p50), ratio(k.p99, b.p99)))
+			}
+			continue
+		}
 		if t.kind != "kineticd" {
 			continue
 		}
 		k := sums[t.name]
-		for _, base := range []string{t.unrouted(), t.baseline(), "direct"} {
+		bases := []string{t.unrouted(), t.baseline(), "direct"}
+		if t.routed {
+			bases = append(bases, "direct-replicas")
+		}
+		for _, base := range bases {
 			b, ok := sums[base]
 			if !ok {
 				continue // baseline not benchmarked
@@ -141,6 +155,12 @@ func writeCell(w io.Writer, c cell, targets []target, sums map[string]summary) {
 			rows = append(rows, fmt.Sprintf("%s %s | %s | %s | %s | %s |", row,
 				ratio(k.tps, b.tps), ratio(k.p50, b.p50), ratio(k.p99, b.p99), cpu, rss))
 		}
+		// Routing's own cost: routed / unrouted with what the split alone
+		// costs (direct-replicas / direct) taken out.
+		if u, ok := sums[t.unrouted()]; ok && t.routed && splitOK && k.ok && u.ok && u.tps > 0 {
+			rows = append(rows, fmt.Sprintf("| (%s / %s) ÷ (direct-replicas / direct) | %s | | | | |",
+				t.name, t.unrouted(), ratio(k.tps/u.tps, split)))
+		}
 	}
 	if len(rows) > 0 {
 		fmt.Fprintln(w)
@@ -151,6 +171,17 @@ func writeCell(w io.Writer, c cell, targets []target, sums map[string]summary) {
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// spreadCost is direct-replicas' TPS over direct's in one cell: what
+// splitting the clients over the standbys costs with no proxy at all.
+func spreadCost(sums map[string]summary) (float64, bool) {
+	d, ok1 := sums["direct"]
+	r, ok2 := sums["direct-replicas"]
+	if !ok1 || !ok2 || !d.ok || !r.ok || d.tps == 0 {
+		return 0, false
+	}
+	return r.tps / d.tps, true
 }
 
 // pct2 is a share as a percentage with two decimals, "" when unknown.

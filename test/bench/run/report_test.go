@@ -177,9 +177,10 @@ func TestPickTargets(t *testing.T) {
 		return strings.Join(out, ",")
 	}
 	for _, tc := range []struct{ flag, want, err string }{
-		{flag: "all", want: "direct,pgbouncer-session,pgbouncer-tx,pgpool,kineticd-session,kineticd-session-routed,kineticd-tx,kineticd-tx-routed"},
+		{flag: "all", want: "direct,direct-replicas,pgbouncer-session,pgbouncer-tx,pgpool,kineticd-session,kineticd-session-routed,kineticd-tx,kineticd-tx-routed"},
 		{flag: "kineticd-tx,pgbouncer", want: "pgbouncer-session,pgbouncer-tx,kineticd-tx"},
 		{flag: "pgpool, direct", want: "direct,pgpool"},
+		{flag: "direct-replicas,kineticd-tx-routed", want: "direct-replicas,kineticd-tx-routed"},
 		{flag: "pgcat", err: `unknown target "pgcat"`},
 	} {
 		got, err := pickTargets(tc.flag)
@@ -192,5 +193,37 @@ func TestPickTargets(t *testing.T) {
 		if err != nil || names(got) != tc.want {
 			t.Errorf("pickTargets(%q) = %s, %v; want %s", tc.flag, names(got), err, tc.want)
 		}
+	}
+}
+
+// TestWriteCellSplitCost: with direct and direct-replicas in a cell, the
+// table shows what the split alone costs and a routed target's ratio to its
+// unrouted one with that cost taken out.
+func TestWriteCellSplitCost(t *testing.T) {
+	targets, err := pickTargets("direct,direct-replicas,kineticd-tx,kineticd-tx-routed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]summary{
+		"direct":             {ok: true, tps: 20000, p50: 1, p99: 2, cpu100k: math.NaN()},
+		"direct-replicas":    {ok: true, tps: 17000, p50: 1, p99: 2, cpu100k: math.NaN()},
+		"kineticd-tx":        {ok: true, tps: 10000, p50: 1, p99: 2, cpu100k: 5, rssMiB: 10},
+		"kineticd-tx-routed": {ok: true, tps: 8000, p50: 1, p99: 2, cpu100k: 5, rssMiB: 10},
+	}
+	var b strings.Builder
+	writeCell(&b, cell{workload: allWorkloads[0], mode: "simple", clients: 16}, targets, sums)
+	out := b.String()
+	for _, want := range []string{
+		"| direct-replicas / direct | 0.85× |",
+		"| kineticd-tx-routed / kineticd-tx | 0.80× |",
+		"| kineticd-tx-routed / direct-replicas | 0.47× |",
+		"| (kineticd-tx-routed / kineticd-tx) ÷ (direct-replicas / direct) | 0.94× |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "(kineticd-tx / ") {
+		t.Errorf("an unrouted target got a split-cost row:\n%s", out)
 	}
 }

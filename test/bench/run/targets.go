@@ -37,6 +37,7 @@ type target struct {
 	kind     string   // direct | pgbouncer | pgpool | kineticd
 	poolMode string   // session | transaction ("" for direct)
 	routed   bool     // kineticd with read_routing_mode = prefer_replica
+	spread   bool     // direct: the clients split over the standbys, one pgbench per standby
 	db       string   // database name clients connect with
 	env      []string // extra environment of the proxy process
 	optIn    bool     // picked by its exact name only, not by "all" or kind
@@ -45,6 +46,11 @@ type target struct {
 
 var allTargets = []target{
 	{name: "direct", kind: "direct", db: pgtest.AppDB},
+	// The control for routed targets: the same clients straight at the
+	// standbys, as evenly as routing spreads sessions. What it loses
+	// against direct is what splitting the load over several servers costs
+	// on this machine before any proxy is involved.
+	{name: "direct-replicas", kind: "direct", spread: true, db: pgtest.AppDB},
 	{name: "pgbouncer-session", kind: "pgbouncer", poolMode: modeSession, db: "bench_session"},
 	{name: "pgbouncer-tx", kind: "pgbouncer", poolMode: modeTransaction, db: "bench_tx"},
 	{name: "pgpool", kind: "pgpool", poolMode: modeSession, db: pgtest.AppDB},
@@ -115,8 +121,9 @@ func newBench(dir, kineticd string) (*bench, error) {
 
 // instance is a started target. Direct has no process.
 type instance struct {
-	addr string
-	proc *proc // nil for direct
+	addr  string
+	addrs []string // direct-replicas: one address per standby, addr unused
+	proc  *proc    // nil for direct
 }
 
 // stop ends the target's process (if any) and its process group.
@@ -130,6 +137,13 @@ func (in *instance) stop() error {
 // start starts target t sized for clients: every pool holds a server
 // connection per client plus a few, so no client waits for one.
 func (b *bench) start(ctx context.Context, t target, clients int) (*instance, error) {
+	if t.kind == "direct" && t.spread {
+		in := &instance{}
+		for _, s := range b.cluster.Standbys {
+			in.addrs = append(in.addrs, s.Addr())
+		}
+		return in, nil
+	}
 	if t.kind == "direct" {
 		return &instance{addr: b.cluster.Primary.Addr()}, nil
 	}
@@ -160,7 +174,11 @@ func (b *bench) start(ctx context.Context, t target, clients int) (*instance, er
 		return nil, err
 	}
 	in := &instance{addr: addr, proc: p}
-	if err := waitReady(ctx, p, addr, t.db); err != nil {
+	err = waitReady(ctx, p, addr, t.db)
+	if err == nil && t.routed {
+		err = waitReplicasHealthy(ctx, addr, len(b.cluster.Standbys))
+	}
+	if err != nil {
 		in.stop()
 		return nil, fmt.Errorf("%s: %w\n--- tail of %s ---\n%s", t.name, err, p.logFile, pgtest.LogTail(p.logFile, 20))
 	}
@@ -444,6 +462,63 @@ func waitReady(ctx context.Context, p *proc, addr, db string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// waitReplicasHealthy waits until kineticd's SHOW SERVERS has want
+// replicas healthy (eligible for reads). Until then a routed target's
+// sessions are spread over the replicas probed so far: sessions keep the
+// replica their first read went to, so a run that began before the second
+// standby's first verdict would read from one standby only, which on a
+// machine shared with the servers is a different benchmark.
+func waitReplicasHealthy(ctx context.Context, addr string, want int) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	dsn := kinetictest.DSN(addr, pgtest.AppUser, pgtest.AppPassword, "pgkinetic") + "&connect_timeout=5"
+	healthy, last := 0, error(nil)
+	for {
+		if conn, err := pgconn.Connect(ctx, dsn); err != nil {
+			last = err
+		} else {
+			res, err := conn.Exec(ctx, "SHOW SERVERS").ReadAll()
+			conn.Close(context.WithoutCancel(ctx))
+			last = err
+			if err == nil && len(res) == 1 {
+				healthy = countHealthyReplicas(res[0])
+				if healthy >= want {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d replicas healthy after 30 s (last error: %v)", healthy, want, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// countHealthyReplicas counts SHOW SERVERS rows of configured replicas
+// whose healthy column is true.
+func countHealthyReplicas(r *pgconn.Result) int {
+	role, healthy := -1, -1
+	for i, f := range r.FieldDescriptions {
+		switch f.Name {
+		case "configured_role":
+			role = i
+		case "healthy":
+			healthy = i
+		}
+	}
+	if role < 0 || healthy < 0 {
+		return 0
+	}
+	n := 0
+	for _, row := range r.Rows {
+		if string(row[role]) == "replica" && string(row[healthy]) == "t" {
+			n++
+		}
+	}
+	return n
 }
 
 // waitDrained waits until no session of the app user is left on any server:
