@@ -68,19 +68,31 @@ func readServers(rt *config.Route, snap *health.Snapshot) []config.Endpoint {
 	if !rt.HA.FollowFailover || snap == nil {
 		return rt.Replicas
 	}
-	elected, _ := primaryOf(rt, snap)
 	out := make([]config.Endpoint, 0, 1+len(rt.Replicas))
+	forReadServers(rt, snap, func(e config.Endpoint) { out = append(out, e) })
+	return out
+}
+
+// forReadServers calls fn with each of readServers' servers, in its
+// order, without making the list (a routed read's decision runs it).
+func forReadServers(rt *config.Route, snap *health.Snapshot, fn func(config.Endpoint)) {
+	if !rt.HA.FollowFailover || snap == nil {
+		for _, r := range rt.Replicas {
+			fn(r)
+		}
+		return
+	}
+	elected, _ := primaryOf(rt, snap)
 	if rt.Primary.Address != elected {
 		if v, ok := snap.Get(rt.Primary.Address); ok && v.Detected == health.RoleStandby {
-			out = append(out, config.Endpoint{Address: rt.Primary.Address, Weight: 1})
+			fn(config.Endpoint{Address: rt.Primary.Address, Weight: 1})
 		}
 	}
 	for _, r := range rt.Replicas {
 		if r.Address != elected {
-			out = append(out, r)
+			fn(r)
 		}
 	}
-	return out
 }
 
 // snapshotOf is the latest health snapshot of route name, nil when the

@@ -2035,7 +2035,8 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 			req.Floor = f
 		}
 	}
-	cands := ss.srv.candidatesFrom(ss.route, snap, req)
+	cands := ss.srv.appendCandidates(ss.mu.scratch.cands[:0], ss.route, snap, req)
+	ss.mu.scratch.cands = cands // (decide keeps none of it)
 	for i := range cands {
 		if tried[cands[i].addr] {
 			cands[i].eligible, cands[i].reason = false, reasonReplicaUnavailable

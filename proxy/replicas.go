@@ -289,13 +289,17 @@ func (s *Server) candidates(rt *config.Route, req freshness.Requirement) []candi
 }
 
 func (s *Server) candidatesFrom(rt *config.Route, snap *health.Snapshot, req freshness.Requirement) []candidate {
+	return s.appendCandidates(nil, rt, snap, req)
+}
+
+// appendCandidates is candidatesFrom appending to out: a session's
+// decision reuses its list (allocations per routed read otherwise).
+func (s *Server) appendCandidates(out []candidate, rt *config.Route, snap *health.Snapshot, req freshness.Requirement) []candidate {
 	now := time.Now()
 	if req.VerdictTTL == 0 {
 		req.VerdictTTL = rt.HA.VerdictTTL()
 	}
-	servers := readServers(rt, snap)
-	out := make([]candidate, 0, len(servers))
-	for _, rep := range servers {
+	forReadServers(rt, snap, func(rep config.Endpoint) {
 		c := candidate{addr: rep.Address, weight: rep.Weight, lagMS: -1}
 		var v health.Verdict
 		have := false
@@ -322,7 +326,7 @@ func (s *Server) candidatesFrom(rt *config.Route, snap *health.Snapshot, req fre
 			c.eligible, c.reason = false, reasonReplicaUnavailable
 		}
 		out = append(out, c)
-	}
+	})
 	return out
 }
 
@@ -496,6 +500,9 @@ func (s *Server) catalogSaysYes(ss *session, which func(*routeRuntime) *catalogF
 		return true
 	}
 	v := which(run)
+	if yes, known := v.cached(names); known {
+		return yes // (before the lookup closure, which would be allocated per unit)
+	}
 	return v.any(names, func(missing []string) (map[string]bool, error) { return s.lookupNames(ss, v, missing) })
 }
 

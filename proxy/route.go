@@ -399,7 +399,8 @@ func planUnit(f unitFacts) unitPlan {
 func planLostWrite(f unitFacts, p *unitPlan) bool {
 	if token, _, lost, sp := freshness.Carry(f.token, f.primaryTimeline, f.primaryHistory); lost {
 		p.fail = lostWriteError(f.token, sp, f.primaryTimeline)
-		p.rejected, p.lost = reasonTimelineChanged, &token
+		to := token // (its own variable: taking token's address would put it on the heap for every unit)
+		p.rejected, p.lost = reasonTimelineChanged, &to
 		return true
 	}
 	if pr := f.prior; pr.Timeline != 0 {

@@ -394,6 +394,9 @@ type session struct {
 		// tmo: what the janitor needs for the client timeouts
 		// (timeouts.go).
 		tmo sessionTimeouts
+
+		// scratch: room a decision reuses (decideLocked's candidates).
+		scratch struct{ cands []candidate }
 	}
 }
 

@@ -769,7 +769,7 @@ func (ss *session) injectSQLPrepares(l *link, b *batch, useOf func(int, byte) by
 // client holds makes it too (the server refuses the duplicate, 42P05),
 // and one of a name l holds for nobody closes that first.
 func (ss *session) injectProtocolStatements(l *link, b *batch, useOf func(int, byte) byte) error {
-	var seen map[string]bool // statement names b itself Parses or Closes, or used, in order
+	var seen nameSet // statement names b itself Parses or Closes, or used, in order
 	// With a limit (localext.go) the whole batch is prepared for now:
 	// its later messages follow without injections between them.
 	for i, m := range b.msgs {
@@ -782,7 +782,7 @@ func (ss *session) injectProtocolStatements(l *link, b *batch, useOf func(int, b
 			if err != nil {
 				continue
 			}
-			if !seen[n] && n != "" {
+			if !seen.has(n) && n != "" {
 				if _, known := ss.client.stmts[n]; known {
 					// The client's statement of that name must exist where
 					// the Parse runs, so the server refuses the duplicate
@@ -806,17 +806,11 @@ func (ss *session) injectProtocolStatements(l *link, b *batch, useOf func(int, b
 					}
 				}
 			}
-			if seen == nil {
-				seen = map[string]bool{}
-			}
-			seen[n] = true
+			seen.add(n)
 			continue
 		case 'C':
 			if kind, n, err := describeTarget(body); err == nil && kind == 'S' {
-				if seen == nil {
-					seen = map[string]bool{}
-				}
-				seen[n] = true
+				seen.add(n)
 			}
 			continue
 		default:
@@ -826,20 +820,48 @@ func (ss *session) injectProtocolStatements(l *link, b *batch, useOf func(int, b
 			}
 			name = n
 		}
-		if !seen[name] {
+		if !seen.has(name) {
 			// Once per name: every injection precedes the batch, so its
 			// first use decides (a stand-in must not be replaced by a
 			// later one's real Parse).
 			if err := ss.ensureStatement(l, name, useOf(i, m.typ)); err != nil {
 				return err
 			}
-			if seen == nil {
-				seen = map[string]bool{}
-			}
-			seen[name] = true
+			seen.add(name)
 		}
 	}
 	return nil
+}
+
+// nameSet is a set of statement names that holds the few a batch usually
+// names without allocating (a map per unit showed in the routed profile).
+type nameSet struct {
+	few  [4]string
+	n    int
+	many map[string]bool // past len(few)
+}
+
+func (s *nameSet) has(name string) bool {
+	for _, f := range s.few[:s.n] {
+		if f == name {
+			return true
+		}
+	}
+	return s.many[name]
+}
+
+func (s *nameSet) add(name string) {
+	switch {
+	case s.has(name):
+	case s.n < len(s.few):
+		s.few[s.n] = name
+		s.n++
+	default:
+		if s.many == nil {
+			s.many = map[string]bool{}
+		}
+		s.many[name] = true
+	}
 }
 
 // mayExitFailedTx reports whether the Execute b.msgs[i] may end a failed

@@ -64,3 +64,25 @@ func TestMayExitText(t *testing.T) {
 		t.Errorf("mayExitText allocates %v times per call", n)
 	}
 }
+
+// TestNameSet: the few names a batch usually uses live in the array, more
+// go to the map, and a name is found either way.
+func TestNameSet(t *testing.T) {
+	var s nameSet
+	names := []string{"", "s1", "s2", "s3", "s4", "s5", "s6"}
+	for i, n := range names {
+		if s.has(n) {
+			t.Fatalf("has(%q) before add", n)
+		}
+		s.add(n)
+		s.add(n) // twice: still once
+		for _, m := range names[:i+1] {
+			if !s.has(m) {
+				t.Fatalf("after adding %q, has(%q) = false", n, m)
+			}
+		}
+	}
+	if s.n != len(s.few) || len(s.many) != len(names)-len(s.few) {
+		t.Errorf("%d in the array, %d in the map; want %d and %d", s.n, len(s.many), len(s.few), len(names)-len(s.few))
+	}
+}
