@@ -83,6 +83,20 @@ func run(seconds, clients, standbys int, script, mode, routing, poolMode, out st
 	if err := pgbench("-i", "-s", "1", "-q", "-h", "127.0.0.1", "-p", port, "-U", pgtest.AppUser, pgtest.AppDB); err != nil {
 		return err
 	}
+	if routing != "off" {
+		// Sessions keep the replica of their first read: start once every
+		// standby can take reads, or some would never see any.
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			r := srv.Readiness()
+			if len(r.Routes) == 1 && r.Routes[0].ReplicasEligible == len(cl.Standbys) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("not every standby eligible after 30 s: %+v", r.Routes)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	f, err := os.Create(out)
 	if err != nil {
 		return err
