@@ -50,6 +50,7 @@ type benchRun struct {
 	workload workload
 	mode     string // -M
 	clients  int
+	threads  int // -j; 0: min(2, clients)
 	// Either seconds (-T) or txPerClient (-t).
 	seconds     int
 	txPerClient int
@@ -121,7 +122,11 @@ func initPgbench(ctx context.Context, addr string, scale int) error {
 // run runs pgbench; a run that pgbench reports as failed (a client aborted,
 // a connection refused) returns *errPgbench with the first error line.
 func (r benchRun) run(ctx context.Context) (pgbenchReport, error) {
-	args := []string{"-n", "-M", r.mode, "-c", strconv.Itoa(r.clients), "-j", strconv.Itoa(min(2, r.clients))}
+	threads := r.threads
+	if threads == 0 {
+		threads = min(2, r.clients)
+	}
+	args := []string{"-n", "-M", r.mode, "-c", strconv.Itoa(r.clients), "-j", strconv.Itoa(threads)}
 	// A proxy that stops answering must not hang the benchmark: pgbench
 	// ends -T seconds after it started connecting its clients; -t runs get
 	// a generous fixed limit.
@@ -176,7 +181,10 @@ func (r benchRun) run(ctx context.Context) (pgbenchReport, error) {
 // runSpread runs r against every address at once, the clients split as
 // evenly as they go (the first addresses get one more), and adds up what
 // the runs measured; latency percentiles are over all their transactions.
-// Each run logs to its own directory under r.logDir.
+// The pgbench processes share the threads one pgbench would have (one each
+// when there are more addresses), so the control differs from direct in
+// where the clients go, not in how many pgbench threads compete for the
+// CPUs. Each run logs to its own directory under r.logDir.
 func (r benchRun) runSpread(ctx context.Context, addrs []string) (pgbenchReport, error) {
 	n := min(len(addrs), r.clients)
 	type out struct {
@@ -192,6 +200,7 @@ func (r benchRun) runSpread(ctx context.Context, addrs []string) (pgbenchReport,
 		if i < r.clients%n {
 			one.clients++
 		}
+		one.threads = max(1, min(2, r.clients)/n)
 		if r.logDir != "" {
 			one.logDir = filepath.Join(r.logDir, strconv.Itoa(i))
 			if err := os.Mkdir(one.logDir, 0o755); err != nil {

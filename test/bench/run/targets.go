@@ -497,7 +497,7 @@ func waitReplicasHealthy(ctx context.Context, addr string, want int) error {
 	}
 }
 
-// countHealthyReplicas counts SHOW SERVERS rows of configured replicas
+// countHealthyReplicas counts SHOW SERVERS rows of configured replicas (role standby)
 // whose healthy column is true.
 func countHealthyReplicas(r *pgconn.Result) int {
 	role, healthy := -1, -1
@@ -514,7 +514,7 @@ func countHealthyReplicas(r *pgconn.Result) int {
 	}
 	n := 0
 	for _, row := range r.Rows {
-		if string(row[role]) == "replica" && string(row[healthy]) == "t" {
+		if string(row[role]) == "standby" && string(row[healthy]) == "t" {
 			n++
 		}
 	}
