@@ -365,6 +365,7 @@ type stats struct {
 	extendedOps     int
 	routes          map[string]int       // sampled last_route target/reason
 	routeMismatch   int                  // last_route target disagrees with inet_server_port()
+	mismatches      []record             // the first few of them
 	errs            map[string]int       // by SQLSTATE, "conn", "timeout", "other"
 	errFirst        map[string]violation // the first error of each kind, with its history
 	reconnects      int
@@ -689,6 +690,9 @@ func (w *worker) read(r *record) {
 			w.st.routes[target+"/"+reason]++
 			if (target == "replica") != (r.port != w.h.primaryPort) {
 				w.st.routeMismatch++
+				if len(w.st.mismatches) < 3 {
+					w.st.mismatches = append(w.st.mismatches, *r)
+				}
 			}
 		}
 	}
@@ -866,6 +870,7 @@ func (h *harness) report(workers []*worker, fl *faultLoop, elapsed time.Duration
 		tot.simpleOps += s.simpleOps
 		tot.extendedOps += s.extendedOps
 		tot.routeMismatch += s.routeMismatch
+		tot.mismatches = append(tot.mismatches, s.mismatches...)
 		tot.reconnects += s.reconnects
 		tot.published += s.published
 		tot.statusBehind += s.statusBehind
@@ -918,6 +923,9 @@ func (h *harness) report(workers []*worker, fl *faultLoop, elapsed time.Duration
 	}
 	fmt.Fprintf(&b, "\n  routing (SHOW pg_kinetic.last_route after %d sampled reads, ~1 in %d): %s; disagreeing with inet_server_port(): %d\n",
 		sampled, routeSampleOneIn, sortedCounts(tot.routes), tot.routeMismatch)
+	for _, r := range tot.mismatches {
+		fmt.Fprintf(&b, "    disagreeing: %s\n", h.describe(r))
+	}
 	fmt.Fprintf(&b, "  token status    ParameterStatus not yet covering the write when SHOW pg_kinetic.write_lsn answered: %d of %d\n",
 		tot.statusBehind, tot.published)
 	fmt.Fprintf(&b, "  errors          %d %s; reconnects %d; writes with unknown outcome %d\n", nErr, sortedCounts(tot.errs), tot.reconnects, tot.uncertainWrites)
