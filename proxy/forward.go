@@ -1508,7 +1508,7 @@ func (ss *session) sendTo(l *link, b *batch, u unitInfo, d decision, decisions [
 		ss.unclaim(l)
 		return false, err
 	}
-	ss.recordRoute(d, decisions)
+	ss.recordRoute(d, decisions, !runsNothing(b))
 	ss.noteCancels(l, u.cancels)
 	if hasSQLOp {
 		ss.noteStmtOp(l, sqlOp)

@@ -13,8 +13,13 @@ import (
 )
 
 // recordRoute remembers a unit's route for SHOW pg_kinetic.last_route and
-// the session's pinning effects.
-func (ss *session) recordRoute(d decision, ds []*classified) {
+// the session's pinning effects. A unit that runs nothing (runsNothing:
+// a driver's Close of a cached statement, a Parse and Describe alone) is
+// counted but leaves last_route naming the last statement that ran: pgx
+// deallocates an evicted statement right before the client's next query,
+// which is how a SHOW pg_kinetic.last_route after a replica read came to
+// say primary (the consistency checker's route samples).
+func (ss *session) recordRoute(d decision, ds []*classified, ran bool) {
 	target := d.target
 	lag := "0"
 	if target == targetReplica {
@@ -33,7 +38,7 @@ func (ss *session) recordRoute(d decision, ds []*classified) {
 	if class == "" {
 		class = ss.queryClass
 	}
-	ss.setLastRoute(target, d.reason, lag, class)
+	ss.countRoute(target, d.reason, lag, class, ran)
 	ss.recordEffects(ds)
 	for _, dec := range ds {
 		if containsFold(dec.text, "pg_terminate_backend") {
@@ -46,9 +51,17 @@ func (ss *session) recordRoute(d decision, ds []*classified) {
 // setLastRoute records a unit's route for SHOW pg_kinetic.last_route and
 // counts it for SHOW ROUTES.
 func (ss *session) setLastRoute(target, reason, lag, class string) {
-	ss.mu.Lock()
-	ss.mu.last = lastRoute{target: target, reason: reason, lag: lag, start: time.Now()}
-	ss.mu.Unlock()
+	ss.countRoute(target, reason, lag, class, true)
+}
+
+// countRoute counts a unit's route for SHOW ROUTES and the metrics and,
+// with remember, records it for SHOW pg_kinetic.last_route.
+func (ss *session) countRoute(target, reason, lag, class string, remember bool) {
+	if remember {
+		ss.mu.Lock()
+		ss.mu.last = lastRoute{target: target, reason: reason, lag: lag, start: time.Now()}
+		ss.mu.Unlock()
+	}
 	if ss.route != nil {
 		ss.decisionCounter(class, target).Add(1)
 		ss.srv.metrics.RouteDecision(ss.route.Name, class, target, reason)
@@ -62,6 +75,21 @@ func (ss *session) setLastRoute(target, reason, lag, class string) {
 				zap.String("reason", reason), zap.String("lag_ms", lag))
 		}
 	}
+}
+
+// runsNothing reports whether b is a whole unit (it ends with Sync) that
+// runs no statement: no Execute, Query or FunctionCall.
+func runsNothing(b *batch) bool {
+	if len(b.msgs) == 0 || b.msgs[len(b.msgs)-1].typ != 'S' {
+		return false // (a unit streamed on: its Execute may follow)
+	}
+	for _, m := range b.msgs {
+		switch m.typ {
+		case 'E', 'Q', 'F':
+			return false
+		}
+	}
+	return true
 }
 
 // lastRoute is what SHOW pg_kinetic.last_route reports, kept in parts so

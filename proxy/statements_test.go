@@ -86,3 +86,29 @@ func TestNameSet(t *testing.T) {
 		t.Errorf("%d in the array, %d in the map; want %d and %d", s.n, len(s.many), len(s.few), len(names)-len(s.few))
 	}
 }
+
+// TestRunsNothing: only a whole unit without Execute, Query or
+// FunctionCall runs nothing; a unit streamed on (no Sync yet) may.
+func TestRunsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		msgs string
+		want bool
+	}{
+		{"CS", true},   // a driver's deallocation
+		{"PDS", true},  // a prepare
+		{"BES", false}, // an execution
+		{"PBDES", false},
+		{"Q", false},
+		{"F", false},
+		{"PBDH", false}, // streamed on: its Execute may follow
+		{"", false},
+	} {
+		var b batch
+		for _, typ := range []byte(tc.msgs) {
+			b.add(typ, []byte{})
+		}
+		if got := runsNothing(&b); got != tc.want {
+			t.Errorf("runsNothing(%q) = %v, want %v", tc.msgs, got, tc.want)
+		}
+	}
+}

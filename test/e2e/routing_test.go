@@ -1174,3 +1174,52 @@ func TestBlockCommitMovesToken(t *testing.T) {
 		t.Fatalf("write_lsn after a read-only block: %q, before it %q; want unchanged", got, before)
 	}
 }
+
+// TestLastRouteNamesTheLastStatementThatRan: SHOW pg_kinetic.last_route
+// after a replica read still names the replica when the driver then sends
+// units that run nothing — a Close of a cached statement (pgx deallocates
+// an evicted one right before the next query) or a Parse and Describe
+// alone — even when such a unit goes to the primary. The consistency
+// checker's route samples disagreed with inet_server_port() that way.
+func TestLastRouteNamesTheLastStatementThatRan(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 30*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	tbl := uniqueIdent("lastroute")
+	if _, err := c.Exec(ctx, "create table "+tbl+" (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Primary.Exec(context.Background(), "drop table if exists "+tbl) })
+	if _, err := c.Prepare(ctx, "old", "select inet_server_port() where $1::int > 0"); err != nil {
+		t.Fatal(err)
+	}
+	// A read on a replica: a fresh session's first read that needs no
+	// position goes there (stale-ok keeps it from waiting for the table).
+	var port int
+	awaitCond(t, 20*time.Second, "a read on a replica", func() (bool, error) {
+		err := c.QueryRow(ctx, "/* pg-kinetic: stale-ok */ select inet_server_port()").Scan(&port)
+		return cl.StandbyPorts()[port], err
+	})
+	if r := lastRoute(t, ctx, c); !strings.HasPrefix(r, "target=replica") {
+		t.Fatalf("after a read on replica port %d: last_route %q", port, r)
+	}
+	// A Close alone (Deallocate: Close + Sync), and a Parse + Describe of
+	// a write alone (Prepare), then the SHOW: last_route is the read's.
+	if err := c.Deallocate(ctx, "old"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Prepare(ctx, "ins", "insert into "+tbl+" values ($1)"); err != nil {
+		t.Fatal(err)
+	}
+	if r := lastRoute(t, ctx, c); !strings.HasPrefix(r, "target=replica") {
+		t.Fatalf("units that ran nothing changed last_route: %q, want the replica read's", r)
+	}
+	// The prepared write runs: now the primary.
+	if _, err := c.Exec(ctx, "ins", 1); err != nil {
+		t.Fatal(err)
+	}
+	if r := lastRoute(t, ctx, c); !strings.HasPrefix(r, "target=primary") {
+		t.Fatalf("after a write: last_route %q", r)
+	}
+}
