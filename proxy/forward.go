@@ -2430,6 +2430,7 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 		ss.inj.restOpen = !block
 		ss.mu.Lock()
 		st.settings = inUnit // (until the unit ends: then unknown, endEffects)
+		ss.mu.movedOn.st, ss.mu.movedOn.seq = st, ss.mu.unitSeq
 		ss.mu.Unlock()
 	}
 	if r := ss.flow.replayDue; r != nil {
@@ -2465,8 +2466,8 @@ func (ss *session) settingsForLocked(st *serverState) (key, inUnit string) {
 	switch {
 	case moved == key:
 		return key, ""
-	case st.settings == moved: // made there already
-		return moved, ""
+	case st.settings == moved && ss.mu.movedOn.st == st && ss.mu.movedOn.seq == ss.mu.unitSeq:
+		return moved, "" // made there already, in this unit
 	case ss.pendingResetsLocked():
 		return moved, "" // (not replayable in it: made before it)
 	default:

@@ -330,6 +330,15 @@ type session struct {
 		// primary with SETs recorded (endReplicaStream); cleared when it
 		// ends.
 		movedEffects bool
+		// movedOn: the server where the moved unit's SETs were made
+		// inside its transaction (prepareLink), and the unit's number.
+		// Only there do the settings a server holds stand for them: a
+		// connection that merely holds the same settings, committed,
+		// would not undo them when the unit fails.
+		movedOn struct {
+			st  *serverState
+			seq uint64
+		}
 		// inferred: parameter types servers described for the client's
 		// statements, by Parse body (stand-ins use them).
 		inferred map[string][]uint32
