@@ -173,6 +173,15 @@ func (s *Server) Running() bool {
 	return s.pid != 0
 }
 
+// PID returns the harness's postmaster pid for s, 0 when it is not
+// running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.collectLocked()
+	return s.pid
+}
+
 // collectLocked forgets a postmaster that has exited.
 func (s *Server) collectLocked() {
 	if s.pid != 0 && reaped(s.pid) {

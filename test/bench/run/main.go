@@ -331,6 +331,95 @@ func progressLine(r result) string {
 		r.tps, r.p50, r.p99, num(r.cpu100k, 2), num(r.rssMiB, 1), num(r.pssMiB, 1), pct(r.replica), strings.Join(per, "/"))
 }
 
+// machineSample is the machine's CPU ticks (/proc/stat) and the
+// PostgreSQL servers' (every process under each postmaster) at one moment.
+type machineSample struct {
+	ok                     bool
+	busy, steal, total, pg int64
+}
+
+// machine samples the CPU counters runOnce compares; ok is false when
+// one could not be read (a server restarting, say).
+func (b *bench) machine() machineSample {
+	var m machineSample
+	var err error
+	if m.busy, m.steal, m.total, err = machineTicks(); err != nil {
+		return m
+	}
+	for _, s := range append([]*pgtest.Server{b.cluster.Primary}, b.cluster.Standbys...) {
+		pid := s.PID()
+		if pid == 0 {
+			return m
+		}
+		_, ticks, err := tree(pid)
+		if err != nil {
+			return m
+		}
+		m.pg += ticks
+	}
+	m.ok = true
+	return m
+}
+
+// steadyRates is what the PostgreSQL servers' processes and the proxy's
+// did per second in the middle of a measured run: context switches, and
+// the proxy's read and write calls.
+type steadyRates struct {
+	ok                      bool
+	pgCS, proxySys, proxyCS float64
+}
+
+// steadyRates samples the counters a second and a half into a measured
+// run of seconds and a second and a half before its end, while every
+// backend of the run is alive (an exited process takes its counts with
+// it). Not ok for runs shorter than 4 s or when a sample failed.
+func (b *bench) steadyRates(ctx context.Context, in *instance, seconds int) steadyRates {
+	if seconds < 4 {
+		return steadyRates{}
+	}
+	sample := func() (pgCS, pxSys, pxCS int64, ok bool) {
+		for _, s := range append([]*pgtest.Server{b.cluster.Primary}, b.cluster.Standbys...) {
+			pids, _, err := tree(s.PID())
+			if err != nil {
+				return 0, 0, 0, false
+			}
+			_, cs := switches(pids) // (PostgreSQL's recv and send are not read and write calls)
+			pgCS += cs
+		}
+		if in.proc != nil {
+			pids, _, err := tree(in.proc.pid())
+			if err != nil {
+				return 0, 0, 0, false
+			}
+			pxSys, pxCS = switches(pids)
+		}
+		return pgCS, pxSys, pxCS, true
+	}
+	wait := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	const margin = 1500 * time.Millisecond
+	if !wait(margin) {
+		return steadyRates{}
+	}
+	t0 := time.Now()
+	a0, b0, c0, ok0 := sample()
+	if !wait(time.Duration(seconds)*time.Second - 2*margin) {
+		return steadyRates{}
+	}
+	a1, b1, c1, ok1 := sample()
+	dt := time.Since(t0).Seconds()
+	if !ok0 || !ok1 || dt <= 0 {
+		return steadyRates{}
+	}
+	return steadyRates{ok: true, pgCS: float64(a1-a0) / dt, proxySys: float64(b1-b0) / dt, proxyCS: float64(c1-c0) / dt}
+}
+
 // runOnce runs one cell against one target: fresh proxy, warm-up, measured
 // pgbench with CPU and RSS sampled around it, stop, and the replica's share
 // read from the servers' transaction counters. A pgbench or proxy failure is
@@ -403,10 +492,15 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 	if err := b.resetStatements(ctx); err != nil {
 		return result{}, err
 	}
+	m0 := b.machine()
+	steady := make(chan steadyRates, 1)
+	go func() { steady <- b.steadyRates(ctx, in, br.seconds) }()
 	rep, err := br.runOn(ctx, in)
 	if err != nil {
 		return fail(err)
 	}
+	m1 := b.machine()
+	rates := <-steady
 	own, client, err := b.statementCounts(ctx)
 	if err != nil {
 		return result{}, err
@@ -423,6 +517,27 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 		}
 		r.rssMiB = float64(u1.rssKiB) / 1024
 		r.pssMiB = float64(u1.pssKiB) / 1024
+	}
+	r.busy, r.steal, r.pgUS, r.proxyUS, r.restUS = math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN()
+	if m0.ok && m1.ok && m1.total > m0.total && rep.queries > 0 {
+		all := float64(m1.total - m0.total)
+		r.busy, r.steal = float64(m1.busy-m0.busy)/all, float64(m1.steal-m0.steal)/all
+		us := func(t int64) float64 { return float64(t) / float64(ticks) / float64(rep.queries) * 1e6 }
+		r.pgUS = us(m1.pg - m0.pg)
+		rest := m1.busy - m0.busy - (m1.pg - m0.pg)
+		if !math.IsNaN(r.cpu100k) {
+			r.proxyUS = r.cpu100k * 10 // s per 100k queries = 10 µs per query
+			rest -= int64(r.cpu100k / 1e5 * float64(rep.queries) * float64(ticks))
+		}
+		r.restUS = us(rest)
+	}
+	r.pgCS, r.proxySys, r.proxyCS = math.NaN(), math.NaN(), math.NaN()
+	if rates.ok && rep.txns > 0 && rep.tps > 0 {
+		qps := float64(rep.queries) / float64(rep.txns) * rep.tps
+		r.pgCS = rates.pgCS / qps
+		if in.proc != nil {
+			r.proxySys, r.proxyCS = rates.proxySys/qps, rates.proxyCS/qps
+		}
 	}
 	stopped = true
 	if err := in.stop(); err != nil {

@@ -24,9 +24,28 @@ type procUsage struct {
 // kernel adds it to its parent's cutime/cstime, which is counted too, so the
 // pgpool children that come and go are not lost.
 func treeUsage(root int) (procUsage, error) {
-	entries, err := os.ReadDir("/proc")
+	pids, ticks, err := tree(root)
 	if err != nil {
 		return procUsage{}, err
+	}
+	u := procUsage{ticks: ticks, procs: len(pids)}
+	for _, pid := range pids {
+		if rss, err := readRSS(pid); err == nil {
+			u.rssKiB += rss
+		}
+		if pss, err := readPSS(pid); err == nil {
+			u.pssKiB += pss
+		}
+	}
+	return u, nil
+}
+
+// tree returns root and its descendants, and their CPU ticks summed as
+// treeUsage counts them.
+func tree(root int) (pids []int, ticks int64, err error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, 0, err
 	}
 	type stat struct {
 		ppid  int
@@ -45,28 +64,78 @@ func treeUsage(root int) (procUsage, error) {
 		stats[pid] = stat{ppid, ticks}
 	}
 	if _, ok := stats[root]; !ok {
-		return procUsage{}, fmt.Errorf("process %d is gone", root)
+		return nil, 0, fmt.Errorf("process %d is gone", root)
 	}
 	children := map[int][]int{}
 	for pid, s := range stats {
 		children[s.ppid] = append(children[s.ppid], pid)
 	}
-	var u procUsage
 	queue := []int{root}
 	for len(queue) > 0 {
 		pid := queue[0]
 		queue = queue[1:]
-		u.procs++
-		u.ticks += stats[pid].ticks
-		if rss, err := readRSS(pid); err == nil {
-			u.rssKiB += rss
-		}
-		if pss, err := readPSS(pid); err == nil {
-			u.pssKiB += pss
-		}
+		pids = append(pids, pid)
+		ticks += stats[pid].ticks
 		queue = append(queue, children[pid]...)
 	}
-	return u, nil
+	return pids, ticks, nil
+}
+
+// switches sums over pids the read(2) and write(2) calls (/proc/PID/io
+// syscr, syscw: PostgreSQL's recv and send on sockets are not counted
+// there, Go's reads and writes are) and the context switches, voluntary
+// and not, of every thread (/proc/PID/task/TID/status). A process that
+// exits takes its counts with it: sample while the processes of interest
+// run.
+func switches(pids []int) (syscalls, ctxsw int64) {
+	for _, pid := range pids {
+		dir := filepath.Join("/proc", strconv.Itoa(pid))
+		if b, err := os.ReadFile(filepath.Join(dir, "io")); err == nil {
+			syscalls += field(string(b), "syscr:") + field(string(b), "syscw:")
+		}
+		tasks, _ := os.ReadDir(filepath.Join(dir, "task"))
+		for _, t := range tasks {
+			if b, err := os.ReadFile(filepath.Join(dir, "task", t.Name(), "status")); err == nil {
+				ctxsw += field(string(b), "voluntary_ctxt_switches:") + field(string(b), "nonvoluntary_ctxt_switches:")
+			}
+		}
+	}
+	return syscalls, ctxsw
+}
+
+// field returns the number after key at the start of a line of text, 0
+// when there is none.
+func field(text, key string) int64 {
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, key); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// machineTicks reads the first line of /proc/stat: the ticks every CPU
+// spent busy (user, nice, system, irq, softirq), stolen by the hypervisor,
+// and in all.
+func machineTicks() (busy, steal, total int64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, 0, errors.New("malformed /proc/stat")
+	}
+	var n [8]int64 // user nice system idle iowait irq softirq steal
+	for i := range n {
+		if n[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return 0, 0, 0, err
+		}
+		total += n[i]
+	}
+	return n[0] + n[1] + n[2] + n[5] + n[6], n[7], total, nil
 }
 
 // readStat returns the parent pid and utime+stime+cutime+cstime of pid, in

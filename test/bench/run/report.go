@@ -23,6 +23,17 @@ type result struct {
 	// reader, anything injected) and the rest, from pg_stat_statements on
 	// every server during the measured run; NaN if unknown.
 	own, client float64
+	// busy, steal: the machine's CPUs busy and stolen by the hypervisor
+	// during the measured run, 0..1; pgUS, proxyUS, restUS: CPU µs per
+	// query of every PostgreSQL server, of the proxy, and of the rest
+	// of the busy time (pgbench, interrupts, anything else). NaN if unknown.
+	busy, steal           float64
+	pgUS, proxyUS, restUS float64
+	// pgCS, proxyCS: context switches per query of every PostgreSQL
+	// server's processes and of the proxy's threads; proxySys: the
+	// proxy's read and write calls per query; in the middle of the run
+	// (steadyRates). NaN if unknown.
+	pgCS, proxyCS, proxySys float64
 }
 
 // cell is one workload × mode × clients combination.
@@ -39,17 +50,20 @@ func (c cell) String() string {
 // summary is the median over rounds of each metric of one target in one
 // cell, or the failure of any round.
 type summary struct {
-	ok       bool
-	err      string // first error of the first failed round
-	failedOf string // "k/n" rounds failed
-	tps      float64
-	p50, p99 float64
-	failed   int64
-	cpu100k  float64
-	rssMiB   float64
-	pssMiB   float64
-	replica  float64
-	own      float64 // own / (own + client)
+	ok                      bool
+	err                     string // first error of the first failed round
+	failedOf                string // "k/n" rounds failed
+	tps                     float64
+	p50, p99                float64
+	failed                  int64
+	cpu100k                 float64
+	rssMiB                  float64
+	pssMiB                  float64
+	replica                 float64
+	own                     float64 // own / (own + client)
+	busy, steal             float64
+	pgUS, proxyUS, restUS   float64
+	pgCS, proxyCS, proxySys float64
 }
 
 func summarize(rs []result) summary {
@@ -83,6 +97,14 @@ func summarize(rs []result) summary {
 	s.pssMiB = med(func(r result) float64 { return r.pssMiB })
 	s.replica = med(func(r result) float64 { return r.replica })
 	s.own = med(func(r result) float64 { return r.own / (r.own + r.client) })
+	s.busy = med(func(r result) float64 { return r.busy })
+	s.steal = med(func(r result) float64 { return r.steal })
+	s.pgUS = med(func(r result) float64 { return r.pgUS })
+	s.proxyUS = med(func(r result) float64 { return r.proxyUS })
+	s.restUS = med(func(r result) float64 { return r.restUS })
+	s.pgCS = med(func(r result) float64 { return r.pgCS })
+	s.proxySys = med(func(r result) float64 { return r.proxySys })
+	s.proxyCS = med(func(r result) float64 { return r.proxyCS })
 	for _, r := range rs {
 		s.failed += r.failed
 	}
@@ -118,6 +140,24 @@ func writeCell(w io.Writer, c cell, targets []target, sums map[string]summary) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", t.name,
 			num(s.tps, 0), num(s.p50, 3), num(s.p99, 3), num(s.cpu100k, 2), num(s.rssMiB, 1), num(s.pssMiB, 1), pct(s.replica), pct2(s.own), s.failed)
+	}
+	// Where the machine's CPU went: with every core busy, TPS follows
+	// the CPU a query costs in all, not only in the proxy.
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| target | CPU busy | stolen | µs/query PostgreSQL | proxy | rest (pgbench, other) | all | context switches/query PostgreSQL | proxy | proxy read+write calls/query |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	for _, t := range targets {
+		s := sums[t.name]
+		if !s.ok {
+			continue
+		}
+		all := s.pgUS + s.restUS
+		if !math.IsNaN(s.proxyUS) {
+			all += s.proxyUS
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", t.name, pct(s.busy), pct(s.steal),
+			num(s.pgUS, 1), num(s.proxyUS, 1), num(s.restUS, 1), num(all, 1),
+			num(s.pgCS, 2), num(s.proxyCS, 2), num(s.proxySys, 2))
 	}
 	var rows []string
 	split, splitOK := spreadCost(sums)
