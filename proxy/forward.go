@@ -1385,7 +1385,7 @@ func (ss *session) placeUnit(b *batch, u unitInfo, decisions []*classified, open
 		if d.target == targetRejected {
 			return nil, ss.reject(d, open)
 		}
-		l, step, err := ss.acquireLink(d, u, primaryV, &ff, tried, &replans, open)
+		l, step, err := ss.acquireLink(d, b, u, primaryV, &ff, tried, &replans, open)
 		switch step {
 		case acquireDone:
 			return nil, err
@@ -1425,7 +1425,7 @@ const (
 // (fallback_policy then applies); a read whose primary turns out to be
 // down waits for a replica or the election (planFallback), once; a
 // primary other than the one planned against means a new plan.
-func (ss *session) acquireLink(d decision, u unitInfo, primaryV health.Verdict, ff *fallbackFacts, tried map[string]bool, replans *int, open bool) (l *link, _ acquireStep, err error) {
+func (ss *session) acquireLink(d decision, b *batch, u unitInfo, primaryV health.Verdict, ff *fallbackFacts, tried map[string]bool, replans *int, open bool) (l *link, _ acquireStep, err error) {
 	if d.target == targetPrimary {
 		if l, err = ss.primaryLink(); err != nil {
 			if errors.Is(err, errQueuedCancel) {
@@ -1459,6 +1459,13 @@ func (ss *session) acquireLink(d decision, u unitInfo, primaryV health.Verdict, 
 				ss.holdFallbackLocked(nil)
 				ss.mu.Unlock()
 				return nil, acquireAgain, nil
+			}
+			if !open && closesOnly(b) > 0 {
+				// A driver's deallocation after the primary was lost:
+				// what it closes went with that server.
+				if handled, err := ss.answerClosesHere(b); handled {
+					return nil, acquireDone, err
+				}
 			}
 			e := errorResponse(err)
 			if u.read && d.reason != "" {
@@ -1720,6 +1727,9 @@ func (ss *session) sendUnit(l *link, b *batch, u unitInfo, open bool) error {
 		ss.mu.commitInFlight = true
 	}
 	fate := unitFate{mayCommit: commits, status: ss.failedStatusLocked(u)}
+	if fate.status == 'I' { // (outside a block, as the units ahead leave it)
+		fate.closes = closesOnly(b)
+	}
 	ss.mu.writingKeepable, ss.mu.writingFate = keepable, fate
 	seq := ss.mu.unitSeq
 	ss.mu.Unlock()

@@ -51,3 +51,31 @@ func TestKeepableUnit(t *testing.T) {
 		}
 	}
 }
+
+// TestClosesOnly: only a unit of Closes and its one Sync is answered
+// CloseComplete when the primary is lost under it.
+func TestClosesOnly(t *testing.T) {
+	unit := func(types string) *batch {
+		b := &batch{}
+		for _, c := range []byte(types) {
+			b.add(c, nil)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		types string
+		want  int
+	}{
+		{"CS", 1},
+		{"CCCS", 3},
+		{"S", 0},
+		{"C", 0},     // no Sync yet (streamed on)
+		{"CHS", 0},   // a Flush in it
+		{"PBECS", 0}, // runs something
+		{"CSCS", 0},  // (two units)
+	} {
+		if got := closesOnly(unit(tc.types)); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.types, got, tc.want)
+		}
+	}
+}

@@ -1570,6 +1570,27 @@ func keepableUnit(u unitInfo) bool {
 type unitFate struct {
 	mayCommit bool
 	status    byte // 'I', or 'E': a transaction block stays open, failed
+	// closes: the unit is only Close messages and its Sync, outside a
+	// transaction block (closesOnly), and has this many. Its loss is
+	// answered as PostgreSQL answers a Close of what is not there:
+	// CloseComplete; what it closed went with the server anyway.
+	closes int
+}
+
+// closesOnly is the number of Close messages of b when b is only Closes
+// and one Sync at its end (a driver's deallocation of cached
+// statements), else 0.
+func closesOnly(b *batch) int {
+	n := len(b.msgs) - 1
+	if n < 1 || b.msgs[n].typ != 'S' {
+		return 0
+	}
+	for _, m := range b.msgs[:n] {
+		if m.typ != 'C' {
+			return 0
+		}
+	}
+	return n
 }
 
 // failedStatusLocked is the transaction status after unit u, about to be
@@ -1623,6 +1644,14 @@ func (ss *session) answerLostLocked(l *link) (closeNow bool) {
 		if len(ss.mu.fates) > 0 {
 			fate = ss.mu.fates[0]
 		}
+		if fate.closes > 0 && fate.status == 'I' && !fate.mayCommit {
+			if !ss.answerLostClosesLocked(l, fate.closes) {
+				return false
+			}
+			closeNow = ss.readyForQueryLocked(l, 'I') || closeNow
+			ss.mu.lostBlock = 0
+			continue
+		}
 		e := failed
 		if fate.mayCommit {
 			e = unknown
@@ -1643,6 +1672,34 @@ func (ss *session) answerLostLocked(l *link) (closeNow bool) {
 		ss.conn.Close()
 	}
 	return closeNow
+}
+
+// answerLostClosesLocked answers a unit of n Closes in flight on the
+// lost primary connection l (the first still unanswered there) as
+// PostgreSQL answers a Close of a statement or portal that does not
+// exist: a CloseComplete for each the reader did not relay yet, and
+// ReadyForQuery. The statements went with the server's session, so for
+// the client they are closed, as it asked: the proxy's record of them
+// stays closed too (the undo linkFailed queued for them is dropped).
+// pgx treats a failed deallocation of its statement cache as fatal and
+// closes its connection, which would hide a write the failover lost
+// (KN002). false: the client is gone. Callers hold ss.wmu and ss.mu.
+func (ss *session) answerLostClosesLocked(l *link, n int) bool {
+	batch := l.rfqs // (the unit being answered: its ops carry its number)
+	ss.mu.undo = slices.DeleteFunc(ss.mu.undo, func(op stmtOp) bool {
+		return op.batch == batch && (op.kind == 'C' || op.kind == 'c')
+	})
+	ss.hasUndo.Store(len(ss.mu.undo) > 0)
+	ss.enc = ss.enc[:0]
+	for range max(n-l.answered, 0) {
+		ss.enc, _ = wire.Append(ss.enc, &pgproto3.CloseComplete{})
+	}
+	ss.enc, _ = wire.Append(ss.enc, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+	if _, err := ss.out().Write(ss.enc); err != nil {
+		ss.conn.Close() // the client is gone: the session goroutine sees it
+		return false
+	}
+	return true
 }
 
 // answerLostUnit answers the unit sendUnit wrote to l (batch b; seq was

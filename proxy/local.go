@@ -333,6 +333,50 @@ func (ss *session) failUnit(e *pgproto3.ErrorResponse, open bool) error {
 	return nil
 }
 
+// answerClosesHere answers a unit of only Closes and its Sync (b,
+// closesOnly), outside a transaction block, that found no primary to
+// run on: as PostgreSQL answers a Close of what is not there,
+// CloseComplete each, then ReadyForQuery. What the client closes was
+// prepared on the primary it lost (or nowhere), so it is gone there: the
+// client's records drop it as a forwarded Close would. pgx deallocates
+// evicted statements right before its next query and takes a failed
+// deallocation for a broken connection: a 08006 here would end its
+// session, and a write of it the failover lost would go unreported.
+// handled is false inside a transaction block: the unit fails there.
+func (ss *session) answerClosesHere(b *batch) (handled bool, err error) {
+	ss.waitIdle()
+	if ss.txStatus() != 'I' {
+		return false, nil
+	}
+	msgs := make([]wire.Encoder, 0, len(b.msgs))
+	for _, m := range b.msgs[:len(b.msgs)-1] {
+		kind, name, err := describeTarget(b.body(m))
+		if err != nil {
+			continue // (closesOnly read them)
+		}
+		switch {
+		case kind != 'S':
+			delete(ss.client.srvPortals, name)
+			delete(ss.client.exitPortals, name)
+		case name == "":
+			ss.client.unnamed = stmtInfo{}
+		default:
+			prev, had := ss.client.stmts[name]
+			delete(ss.client.stmts, name)
+			delete(ss.client.sqlPrepared, name)
+			if had {
+				ss.forgetUnusedBody(prev.parse)
+			}
+		}
+		msgs = append(msgs, &pgproto3.CloseComplete{})
+	}
+	msgs = append(msgs, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+	if err := ss.send(msgs...); err != nil {
+		return true, errClientGone{err}
+	}
+	return true, nil
+}
+
 func (ss *session) sendTag(tag string, tx byte) error {
 	if err := ss.send(&pgproto3.CommandComplete{CommandTag: []byte(tag)}, &pgproto3.ReadyForQuery{TxStatus: tx}); err != nil {
 		return errClientGone{err}

@@ -72,6 +72,8 @@ func TestPlanUnit(t *testing.T) {
 			base, want{read: true, reason: reasonRead, need: needPosition, fallback: config.FallbackPrimary}},
 		{"§5 position unknown (captures unanswered, or a capture debt): read_your_writes",
 			func() unitFacts { f := base; f.positionAsked = true; return f }(), want{reason: reasonReadYourWrites, fallback: config.FallbackPrimary}},
+		{"§5 a stale-ok read asks for no position: the lag budget alone (also when it would be unknown)",
+			func() unitFacts { f := base; f.unit.staleOK = true; return f }(), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, staleOK: true}},
 		{"§5 position known: a read, floor = the session's write token",
 			known(base), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, floor: tok(1, 100)}},
 		{"§5 the monotonic-read floor when above the token",

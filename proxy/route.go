@@ -290,6 +290,7 @@ type unitPlan struct {
 //	SELECT, class=nosuch hint                         -> fails 22023 "unknown query class"
 //	INSERT while the primary reports recovery         -> fails 25006, last_route rejected split_brain
 //	SELECT, captures still unanswered                 -> need position; unknown -> primary, "read_your_writes"
+//	SELECT stale-ok, captures still unanswered        -> no position asked: the lag budget alone
 //	SELECT strict, primary position read              -> floor raised to it, Strict set
 //	SELECT strict, primary position unknown           -> primary, "strict_fresh"
 //	SELECT within sticky_primary_window after a write -> primary, "read_your_writes"
@@ -337,7 +338,9 @@ func planUnit(f unitFacts) unitPlan {
 	// Inside a transaction block the unit stays where it is: positions do
 	// not matter, and none is asked for.
 	routable := f.fresh && (u.read || u.txStart) && !u.hintPrim && !f.staysPut
-	if routable {
+	if routable && !u.staleOK {
+		// (A read that tolerates staleness needs the lag budget only,
+		// not the session's positions: requirement.)
 		if !f.positionAsked {
 			p.need, p.unit = needPosition, u
 			return p

@@ -263,3 +263,77 @@ func routedSessionToKill(t *testing.T) (*pgtest.Cluster, context.Context, string
 	awaitReplicaRead(t, dsn, pgtest.Ports(cl.Standbys...))
 	return cl, ctx, tbl, connect(t, ctx, dsn)
 }
+
+// TestDeallocateInFlightWhenPrimaryDies: a unit of only Closes (a
+// driver deallocating cached statements: pgx before its next query)
+// pipelined on the primary behind a write when the primary dies is
+// answered as PostgreSQL answers a Close of a statement that is not
+// there: CloseComplete, no error. The statement went with the server.
+// pgx takes a failed deallocation for a broken connection and closes it,
+// so before the fix (08006 for the Closes) its session ended and a write
+// of it the failover lost went unreported. The session goes on: the name
+// is free again (Prepared anew, not 42P05) and the statement runs on the
+// standby.
+func TestDeallocateInFlightWhenPrimaryDies(t *testing.T) {
+	cl, ctx, tbl, c := routedSessionToKill(t)
+	// A write: it is prepared on the primary, where the Close goes.
+	if _, err := c.Prepare(ctx, "cached", "insert into "+tbl+" values ($1, 'y')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "cached", 9); err != nil {
+		t.Fatal(err)
+	}
+	p := c.PgConn().StartPipeline(ctx)
+	p.SendQueryParams("insert into "+tbl+" select 8, 'x' from pg_sleep(3)", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendDeallocate("cached")
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 10*time.Second, "the write to run on the primary", func() (bool, error) {
+		n, err := cl.Primary.QueryString(ctx, "select count(*) from pg_stat_activity where wait_event = 'PgSleep'")
+		return n == "1", err
+	})
+	if err := cl.Primary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for syncs := 0; syncs < 2; {
+		res, err := p.GetResults()
+		if code := pgCode(err); code != "" {
+			t.Logf("error: %v", err)
+			got = append(got, code)
+			continue
+		} else if err != nil {
+			t.Fatalf("pipeline after %d of 2 syncs (%v): %v", syncs, got, err)
+		}
+		switch r := res.(type) {
+		case *pgconn.ResultReader:
+			_, err := r.Close()
+			got = append(got, "result "+pgCode(err))
+		case *pgconn.CloseComplete:
+			got = append(got, "CloseComplete")
+		case *pgconn.PipelineSync:
+			syncs++
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"08007", "CloseComplete"}; !slices.Equal(got, want) {
+		t.Fatalf("the write, then the deallocation: %v, want %v", got, want)
+	}
+	if c.IsClosed() {
+		t.Fatal("the connection closed")
+	}
+	// (stale-ok: the write's outcome is unknown, so a read that must see
+	// it would wait for the primary.)
+	if _, err := c.Prepare(ctx, "cached", "/* pg-kinetic: stale-ok */ select inet_server_port()"); err != nil {
+		t.Fatalf("Prepare of the deallocated name again: %v", err)
+	}
+	var port int
+	if err := c.QueryRow(ctx, "cached").Scan(&port); err != nil || port != cl.Standbys[0].Port {
+		t.Fatalf("the statement after the loss: port %d, %v; want the standby (%d)", port, err, cl.Standbys[0].Port)
+	}
+}
