@@ -150,36 +150,8 @@ func TestPipelinedUnitsWhenPrimaryDies(t *testing.T) {
 		p.SendQueryParams(q, nil, nil, nil, nil)
 		p.SendPipelineSync()
 	}
-	if err := p.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, 10*time.Second, "the write to run on the primary", func() (bool, error) {
-		n, err := cl.Primary.QueryString(ctx, "select count(*) from pg_stat_activity where wait_event = 'PgSleep'")
-		return n == "1", err
-	})
-	if err := cl.Primary.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	var codes []string
-	for syncs := 0; syncs < 3; {
-		res, err := p.GetResults()
-		if code := pgCode(err); code != "" {
-			codes = append(codes, code) // (an error before any result)
-			continue
-		} else if err != nil {
-			t.Fatalf("pipeline after %d of 3 syncs (codes %v): %v", syncs, codes, err)
-		}
-		switch r := res.(type) {
-		case *pgconn.ResultReader:
-			_, err := r.Close()
-			codes = append(codes, pgCode(err))
-		case *pgconn.PipelineSync:
-			syncs++
-		}
-	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
+	killUnderSleep(t, ctx, cl, p)
+	codes := pipelineOutcomes(t, p, 3)
 	if want := []string{"08007", "08006", "08006"}; !slices.Equal(codes, want) {
 		t.Fatalf("the pipelined units' errors: %v, want %v", codes, want)
 	}
@@ -288,39 +260,8 @@ func TestDeallocateInFlightWhenPrimaryDies(t *testing.T) {
 	p.SendPipelineSync()
 	p.SendDeallocate("cached")
 	p.SendPipelineSync()
-	if err := p.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, 10*time.Second, "the write to run on the primary", func() (bool, error) {
-		n, err := cl.Primary.QueryString(ctx, "select count(*) from pg_stat_activity where wait_event = 'PgSleep'")
-		return n == "1", err
-	})
-	if err := cl.Primary.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for syncs := 0; syncs < 2; {
-		res, err := p.GetResults()
-		if code := pgCode(err); code != "" {
-			t.Logf("error: %v", err)
-			got = append(got, code)
-			continue
-		} else if err != nil {
-			t.Fatalf("pipeline after %d of 2 syncs (%v): %v", syncs, got, err)
-		}
-		switch r := res.(type) {
-		case *pgconn.ResultReader:
-			_, err := r.Close()
-			got = append(got, "result "+pgCode(err))
-		case *pgconn.CloseComplete:
-			got = append(got, "CloseComplete")
-		case *pgconn.PipelineSync:
-			syncs++
-		}
-	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
+	killUnderSleep(t, ctx, cl, p)
+	got := pipelineOutcomes(t, p, 2)
 	if want := []string{"08007", "CloseComplete"}; !slices.Equal(got, want) {
 		t.Fatalf("the write, then the deallocation: %v, want %v", got, want)
 	}
@@ -336,4 +277,50 @@ func TestDeallocateInFlightWhenPrimaryDies(t *testing.T) {
 	if err := c.QueryRow(ctx, "cached").Scan(&port); err != nil || port != cl.Standbys[0].Port {
 		t.Fatalf("the statement after the loss: port %d, %v; want the standby (%d)", port, err, cl.Standbys[0].Port)
 	}
+}
+
+// killUnderSleep flushes pipeline p, whose first unit sleeps on the
+// primary, and kills the primary once that unit runs.
+func killUnderSleep(t *testing.T, ctx context.Context, cl *pgtest.Cluster, p *pgconn.Pipeline) {
+	t.Helper()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 10*time.Second, "the write to run on the primary", func() (bool, error) {
+		n, err := cl.Primary.QueryString(ctx, "select count(*) from pg_stat_activity where wait_event = 'PgSleep'")
+		return n == "1", err
+	})
+	if err := cl.Primary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pipelineOutcomes reads p's results up to its syncs-th PipelineSync and
+// closes it: per result its SQLSTATE ("" when it succeeded), an error
+// before any result by its SQLSTATE, and "CloseComplete" per Close.
+func pipelineOutcomes(t *testing.T, p *pgconn.Pipeline, syncs int) []string {
+	t.Helper()
+	var out []string
+	for n := 0; n < syncs; {
+		res, err := p.GetResults()
+		if code := pgCode(err); code != "" {
+			out = append(out, code) // (an error before any result)
+			continue
+		} else if err != nil {
+			t.Fatalf("pipeline after %d of %d syncs (%v): %v", n, syncs, out, err)
+		}
+		switch r := res.(type) {
+		case *pgconn.ResultReader:
+			_, err := r.Close()
+			out = append(out, pgCode(err))
+		case *pgconn.CloseComplete:
+			out = append(out, "CloseComplete")
+		case *pgconn.PipelineSync:
+			n++
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -46,11 +45,11 @@ func TestMovedSetUndoneOnPooledPrimary(t *testing.T) {
 	c.send(&pgproto3.Parse{Query: "begin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Flush{})
 	c.want(3, "ParseComplete BindComplete C:BEGIN")
 	c.send(&pgproto3.Parse{Query: "select inet_server_port()::text"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
-	if got, want := withParams(c, 6), fmt.Sprintf("ParseComplete BindComplete D:%d C:SELECT 1 S:application_name= Z:T", cl.Primary.Port); got != want {
+	if got, want := c.expectParams(6, true), fmt.Sprintf("ParseComplete BindComplete D:%d C:SELECT 1 S:application_name= Z:T", cl.Primary.Port); got != want {
 		t.Fatalf("the block on the primary:\ngot  %s\nwant %s", got, want)
 	}
 	c.send(&pgproto3.Query{String: "select 1/0"})
-	if got, want := withParams(c, 3), "E:22012 S:application_name=moved Z:E"; got != want {
+	if got, want := c.expectParams(3, true), "E:22012 S:application_name=moved Z:E"; got != want {
 		t.Fatalf("the block fails (PostgreSQL undoes the SET made in it and says so):\ngot  %s\nwant %s", got, want)
 	}
 	c.send(&pgproto3.Query{String: "rollback"})
@@ -58,35 +57,4 @@ func TestMovedSetUndoneOnPooledPrimary(t *testing.T) {
 	c.send(&pgproto3.Query{String: "/* pg-kinetic: primary */ select current_setting('application_name')"})
 	c.want(4, "RowDescription D:moved C:SELECT 1 Z:I")
 	c.close()
-}
-
-// withParams is rawConn.expect with ParameterStatus messages counted and
-// shown as S:name=value.
-func withParams(rc *rawConn, n int) string {
-	rc.t.Helper()
-	rc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	defer rc.nc.SetReadDeadline(time.Time{})
-	var out []string
-	for len(out) < n {
-		m, err := rc.fe.Receive()
-		if err != nil {
-			rc.t.Fatalf("after %q: %v (the proxy did not answer)", out, err)
-		}
-		switch m := m.(type) {
-		case *pgproto3.NoticeResponse:
-		case *pgproto3.ParameterStatus:
-			out = append(out, "S:"+m.Name+"="+m.Value)
-		case *pgproto3.DataRow:
-			out = append(out, "D:"+string(m.Values[0]))
-		case *pgproto3.CommandComplete:
-			out = append(out, "C:"+string(m.CommandTag))
-		case *pgproto3.ErrorResponse:
-			out = append(out, "E:"+m.Code)
-		case *pgproto3.ReadyForQuery:
-			out = append(out, "Z:"+string(m.TxStatus))
-		default:
-			out = append(out, fmt.Sprintf("%T", m)[len("*pgproto3."):])
-		}
-	}
-	return strings.Join(out, " ")
 }

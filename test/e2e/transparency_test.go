@@ -248,6 +248,13 @@ func (rc *rawConn) send(msgs ...pgproto3.FrontendMessage) {
 // DataRow values, as one string.
 func (rc *rawConn) expect(n int) string {
 	rc.t.Helper()
+	return rc.expectParams(n, false)
+}
+
+// expectParams is expect, with ParameterStatus messages counted and shown
+// as S:name=value when params is set.
+func (rc *rawConn) expectParams(n int, params bool) string {
+	rc.t.Helper()
 	rc.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
 	defer rc.nc.SetReadDeadline(time.Time{})
 	var out []string
@@ -257,7 +264,11 @@ func (rc *rawConn) expect(n int) string {
 			rc.t.Fatalf("after %q: %v (the proxy did not answer)", out, err)
 		}
 		switch m := m.(type) {
-		case *pgproto3.ParameterStatus, *pgproto3.NoticeResponse:
+		case *pgproto3.ParameterStatus:
+			if params {
+				out = append(out, "S:"+m.Name+"="+m.Value)
+			}
+		case *pgproto3.NoticeResponse:
 		case *pgproto3.DataRow:
 			out = append(out, "D:"+string(m.Values[0]))
 		case *pgproto3.CommandComplete:
