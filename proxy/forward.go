@@ -1460,9 +1460,10 @@ func (ss *session) acquireLink(d decision, b *batch, u unitInfo, primaryV health
 				ss.mu.Unlock()
 				return nil, acquireAgain, nil
 			}
-			if !open && closesOnly(b) > 0 {
+			if ce := (*clientError)(nil); !open && closesOnly(b) > 0 && !(errors.As(err, &ce) && ce.code == codeTooManyConnections) {
 				// A driver's deallocation after the primary was lost:
-				// what it closes went with that server.
+				// what it closes went with that server. (Not when the
+				// pool was full: the server holds them; 53300.)
 				if handled, err := ss.answerClosesHere(b); handled {
 					return nil, acquireDone, err
 				}
