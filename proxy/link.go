@@ -1644,7 +1644,7 @@ func (ss *session) answerLostLocked(l *link) (closeNow bool) {
 		if len(ss.mu.fates) > 0 {
 			fate = ss.mu.fates[0]
 		}
-		if fate.closes > 0 && fate.status == 'I' && !fate.mayCommit {
+		if fate.closes > 0 { // (outside a block, committing nothing: sendUnit)
 			if !ss.answerLostClosesLocked(l, fate.closes) {
 				return false
 			}

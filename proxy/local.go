@@ -350,23 +350,8 @@ func (ss *session) answerClosesHere(b *batch) (handled bool, err error) {
 	}
 	msgs := make([]wire.Encoder, 0, len(b.msgs))
 	for _, m := range b.msgs[:len(b.msgs)-1] {
-		kind, name, err := describeTarget(b.body(m))
-		if err != nil {
-			continue // (closesOnly read them)
-		}
-		switch {
-		case kind != 'S':
-			delete(ss.client.srvPortals, name)
-			delete(ss.client.exitPortals, name)
-		case name == "":
-			ss.client.unnamed = stmtInfo{}
-		default:
-			prev, had := ss.client.stmts[name]
-			delete(ss.client.stmts, name)
-			delete(ss.client.sqlPrepared, name)
-			if had {
-				ss.forgetUnusedBody(prev.parse)
-			}
+		if kind, name, err := describeTarget(b.body(m)); err == nil {
+			ss.closeForClient(kind, name)
 		}
 		msgs = append(msgs, &pgproto3.CloseComplete{})
 	}

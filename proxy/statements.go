@@ -1642,8 +1642,7 @@ func (ss *session) trackClose(l *link, body []byte) {
 		return
 	}
 	if kind != 'S' {
-		delete(ss.client.srvPortals, name)
-		delete(ss.client.exitPortals, name)
+		ss.closeForClient(kind, name)
 		ss.noteStmtOp(l, stmtOp{kind: 'c', name: name, noop: true})
 		return
 	}
@@ -1652,7 +1651,6 @@ func (ss *session) trackClose(l *link, body []byte) {
 		op.prev, op.had = ss.client.unnamed, ss.client.unnamed.parse != ""
 		op.prevServer, op.hadServer = l.st.unnamed, l.st.unnamed != ""
 		ss.noteStmtOp(l, op)
-		ss.client.unnamed = stmtInfo{}
 		l.st.unnamed = ""
 	} else {
 		op.prev, op.had = ss.client.stmts[name]
@@ -1664,11 +1662,26 @@ func (ss *session) trackClose(l *link, body []byte) {
 			op.prevServerSQL = &p
 		}
 		ss.noteStmtOp(l, op)
+		l.st.drop(name)
+	}
+	ss.closeForClient(kind, name)
+}
+
+// closeForClient applies a Close (kind 'S' statement, 'P' portal) to the
+// client's records: what the client closed it no longer has.
+func (ss *session) closeForClient(kind byte, name string) {
+	switch {
+	case kind != 'S':
+		delete(ss.client.srvPortals, name)
+		delete(ss.client.exitPortals, name)
+	case name == "":
+		ss.client.unnamed = stmtInfo{}
+	default:
+		prev, had := ss.client.stmts[name]
 		delete(ss.client.stmts, name)
 		delete(ss.client.sqlPrepared, name) // one namespace: Close closes a PREPAREd one too
-		l.st.drop(name)
-		if op.had {
-			ss.forgetUnusedBody(op.prev.parse)
+		if had {
+			ss.forgetUnusedBody(prev.parse)
 		}
 	}
 }

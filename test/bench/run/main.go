@@ -507,13 +507,15 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 	}
 	r := result{tps: rep.tps, p50: rep.p50, p99: rep.p99, failed: rep.failed, cpu100k: math.NaN(), rssMiB: math.NaN(), pssMiB: math.NaN(),
 		own: own, client: client}
+	proxyTicks := int64(-1) // (no proxy)
 	if in.proc != nil {
 		u1, err := treeUsage(in.proc.pid())
 		if err != nil {
 			return fail(fmt.Errorf("%s died during the run: %v", t.name, err))
 		}
+		proxyTicks = u1.ticks - u0.ticks
 		if rep.queries > 0 {
-			r.cpu100k = float64(u1.ticks-u0.ticks) / float64(ticks) / float64(rep.queries) * 1e5
+			r.cpu100k = float64(proxyTicks) / float64(ticks) / float64(rep.queries) * 1e5
 		}
 		r.rssMiB = float64(u1.rssKiB) / 1024
 		r.pssMiB = float64(u1.pssKiB) / 1024
@@ -525,9 +527,9 @@ func (b *bench) runOnce(ctx context.Context, o options, c cell, t target, ticks 
 		us := func(t int64) float64 { return float64(t) / float64(ticks) / float64(rep.queries) * 1e6 }
 		r.pgUS = us(m1.pg - m0.pg)
 		rest := m1.busy - m0.busy - (m1.pg - m0.pg)
-		if !math.IsNaN(r.cpu100k) {
-			r.proxyUS = r.cpu100k * 10 // s per 100k queries = 10 µs per query
-			rest -= int64(r.cpu100k / 1e5 * float64(rep.queries) * float64(ticks))
+		if proxyTicks >= 0 {
+			r.proxyUS = us(proxyTicks)
+			rest -= proxyTicks
 		}
 		r.restUS = us(rest)
 	}
