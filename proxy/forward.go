@@ -138,7 +138,7 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 	var b batch
 	for {
 		if err := ss.awaitClient(); err != nil {
-			return true, errClientGone{err}
+			return true, err
 		}
 		h, err := ss.readClientHeader()
 		if err != nil {
@@ -326,7 +326,9 @@ func (ss *session) routeUnit(b *batch, open bool) error {
 			replay.add(m.typ, b.body(m))
 		}
 	}
+	ss.mayDefer = !open // the session goroutine waits for the client next (retry.go)
 	l, err := ss.routeBatch(b, open, false)
+	ss.mayDefer = false
 	if err != nil {
 		return err
 	}
@@ -1329,84 +1331,100 @@ func (ss *session) prepareUnit(b *batch, open, oversized bool) (u unitInfo, deci
 // deciding again when a server refuses or is lost before the unit's
 // first byte reached it.
 func (ss *session) placeUnit(b *batch, u unitInfo, decisions []*classified, open bool) (*link, error) {
-	// Everything decided before a server is chosen (route.go: planUnit);
-	// planned again when the primary changed before the unit was sent
-	// (a failover: the token rules judged against the old primary no
-	// longer hold).
-	analyzed := u
-	var (
-		primaryV health.Verdict
-		class    classPolicy
-		fallback string
-		req      freshness.Requirement
-		d        decision
-		ff       fallbackFacts
-	)
-	tried := map[string]bool{}
-	planned, replans := false, 0
+	p := placement{b: b, analyzed: u, decisions: decisions, open: open, tried: map[string]bool{}}
+	return ss.place(&p)
+}
+
+// placement is placeUnit's progress with one unit: what it planned and
+// which servers it tried. A retryable read whose answer has not begun
+// keeps it (retry.go) until it is answered or runs again elsewhere.
+type placement struct {
+	b         *batch
+	analyzed  unitInfo
+	decisions []*classified
+	open      bool
+
+	u        unitInfo
+	primaryV health.Verdict
+	class    classPolicy
+	fallback string
+	req      freshness.Requirement
+	d        decision
+	ff       fallbackFacts
+	tried    map[string]bool
+	planned  bool
+	replans  int
+}
+
+// place carries out placement p: plans the unit, decides, acquires and
+// sends, until the unit is on a server or answered here.
+func (ss *session) place(p *placement) (*link, error) {
+	b, open := p.b, p.open
 	for {
-		if !planned {
-			planned = true
-			var p unitPlan
-			p, primaryV = ss.plan(analyzed)
-			if p.priorJudged {
+		if !p.planned {
+			// Everything decided before a server is chosen (route.go:
+			// planUnit); planned again when the primary changed
+			// before the unit was sent (a failover: the token rules
+			// judged against the old primary no longer hold).
+			p.planned = true
+			var pl unitPlan
+			pl, p.primaryV = ss.plan(p.analyzed)
+			if pl.priorJudged {
 				ss.mu.Lock()
 				ss.mu.fresh.prior = freshness.Token{}
 				ss.mu.Unlock()
 			}
-			if p.lost != nil || p.unsureTold {
-				ss.lostWrite(p.lost)
+			if pl.lost != nil || pl.unsureTold {
+				ss.lostWrite(pl.lost)
 			}
-			if p.fail != nil {
-				if p.rejected != "" {
-					ss.setLastRoute(targetRejected, p.rejected, "0", "")
+			if pl.fail != nil {
+				if pl.rejected != "" {
+					ss.setLastRoute(targetRejected, pl.rejected, "0", "")
 				}
-				return nil, ss.failUnit(p.fail, open)
+				return nil, ss.failUnit(pl.fail, open)
 			}
-			u, class, fallback, req = p.unit, p.class, p.fallback, p.req
-			ff = fallbackFacts{fallback: fallback, needsFloor: ss.needsFloor(u), primaryInRecovery: primaryV.SplitBrain,
-				primaryDown: primaryV.Addr != "" && !primaryV.Reachable, waited: ff.waited}
+			p.u, p.class, p.fallback, p.req = pl.unit, pl.class, pl.fallback, pl.req
+			p.ff = fallbackFacts{fallback: p.fallback, needsFloor: ss.needsFloor(p.u), primaryInRecovery: p.primaryV.SplitBrain,
+				primaryDown: p.primaryV.Addr != "" && !p.primaryV.Reachable, waited: p.ff.waited}
 		}
-		ff.hurried = false
+		p.ff.hurried = false
 		var retryable, killed bool
-		if d, retryable, killed = ss.decideWhenReady(u, tried, req, fallback, open); killed {
+		if p.d, retryable, killed = ss.decideWhenReady(p.u, p.tried, p.req, p.fallback, open); killed {
 			return nil, nil
 		}
 
 		// A read that fell back: the steps before the primary serves it
 		// (route.go: planFallback).
-		switch ss.fallBack(&d, u, &req, primaryV, &ff) {
+		switch ss.fallBack(&p.d, p.u, &p.req, p.primaryV, &p.ff) {
 		case fallbackRedecide:
 			continue
 		case fallbackReplan:
-			planned = false
+			p.planned = false
 			continue
 		}
-		if d.target == targetRejected {
-			return nil, ss.reject(d, open)
+		if p.d.target == targetRejected {
+			return nil, ss.reject(p.d, open)
 		}
-		l, step, err := ss.acquireLink(d, b, u, primaryV, &ff, tried, &replans, open)
+		l, step, err := ss.acquireLink(p.d, b, p.u, p.primaryV, &p.ff, p.tried, &p.replans, open)
 		switch step {
 		case acquireDone:
 			return nil, err
 		case acquireReplan:
-			planned = false
+			p.planned = false
 			continue
 		case acquireAgain:
 			continue
 		}
-		lost, err := ss.sendTo(l, b, u, d, decisions, class, open, retryable)
+		lost, err := ss.sendTo(l, p, retryable)
 		if err != nil {
 			return nil, err
 		}
 		if !lost {
 			return l, nil
 		}
-		if tried[d.addr] {
-			return nil, fatalf(codeConnectionFailure, "pg-kinetic: lost the connection to the server")
+		if err := ss.readLostAt(l, p); err != nil {
+			return nil, err
 		}
-		tried[d.addr] = true
-		ss.readLost(l, d.addr)
 	}
 }
 
@@ -1501,11 +1519,12 @@ func (ss *session) acquireLink(d decision, b *batch, u unitInfo, primaryV health
 	return l, acquired, nil
 }
 
-// sendTo prepares l for the unit (room for its statements, the session's
-// settings and statements, the route record, the staleness notice) and
-// writes the unit. lost: l was a retryable read's replica and failed
-// before answering.
-func (ss *session) sendTo(l *link, b *batch, u unitInfo, d decision, decisions []*classified, class classPolicy, open, retryable bool) (lost bool, err error) {
+// sendTo prepares l for the unit of placement p (room for its
+// statements, the session's settings and statements, the route record,
+// the staleness notice) and writes the unit. lost: l was a retryable
+// read's replica and failed before answering.
+func (ss *session) sendTo(l *link, p *placement, retryable bool) (lost bool, err error) {
+	b, u, d, decisions, class, open := p.b, p.u, p.d, p.decisions, p.class, p.open
 	ss.takeUndo(l) // (the snapshot below is of the settled record)
 	if err := ss.makeRoom(l, b, decisions); err != nil {
 		ss.unclaim(l)
@@ -1538,7 +1557,18 @@ func (ss *session) sendTo(l *link, b *batch, u unitInfo, d decision, decisions [
 	if !retryable {
 		return false, ss.sendUnit(l, b, u, open)
 	}
-	return ss.sendRetryable(l, b, u, open)
+	return ss.sendRetryable(l, p)
+}
+
+// readLostAt notes that placement p's read failed on l before answering:
+// it runs again elsewhere, once per server.
+func (ss *session) readLostAt(l *link, p *placement) error {
+	if p.tried[p.d.addr] {
+		return fatalf(codeConnectionFailure, "pg-kinetic: lost the connection to the server")
+	}
+	p.tried[p.d.addr] = true
+	ss.readLost(l, p.d.addr)
+	return nil
 }
 
 // readLost notes a retryable read whose replica (addr, link l) failed
@@ -1765,15 +1795,18 @@ func (ss *session) sendUnit(l *link, b *batch, u unitInfo, open bool) error {
 // sendRetryable writes a safe read to replica link l and waits until the
 // first byte of its answer reached the client. lost reports that the
 // replica failed before that: nothing reached the client, and the read
-// may run once elsewhere (its counts are taken back).
-func (ss *session) sendRetryable(l *link, b *batch, u unitInfo, open bool) (lost bool, err error) {
+// may run once elsewhere (its counts are taken back). When the session
+// goroutine would next wait for the client anyway, it does not wait here:
+// the placement is kept (deferRetry) and settled when the client sends
+// again or the replica fails (retry.go).
+func (ss *session) sendRetryable(l *link, p *placement) (lost bool, err error) {
 	ss.mu.Lock()
 	ss.mu.awaiting, ss.mu.answered = l, false
 	ss.mu.Unlock()
 	l.awaitingFirst.Store(true)
-	err = ss.buffer(l, b)
+	err = ss.buffer(l, p.b)
 	if err == nil {
-		err = ss.afterUnit(l, u, open)
+		err = ss.afterUnit(l, p.u, p.open)
 	}
 	if err == nil && l.conn.W.Flush() != nil {
 		err = errServerGone
@@ -1782,6 +1815,16 @@ func (ss *session) sendRetryable(l *link, b *batch, u unitInfo, open bool) (lost
 	if err != nil && !errors.Is(err, errServerGone) {
 		return false, err
 	}
+	if err == nil && ss.deferRetry(l, p) {
+		return false, nil
+	}
+	return ss.awaitFirst(l, p.b), nil
+}
+
+// awaitFirst waits until the first byte of the retryable read (batch b)
+// on l is about to reach the client, or l failed before that (lost: the
+// read's counts are taken back, it runs again elsewhere).
+func (ss *session) awaitFirst(l *link, b *batch) (lost bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for !ss.mu.answered && !l.dead && !ss.mu.killed {
@@ -1798,7 +1841,7 @@ func (ss *session) sendRetryable(l *link, b *batch, u unitInfo, open bool) (lost
 		ss.mu.unsynced = false
 		ss.mu.cur = nil
 	}
-	return lost, nil
+	return lost
 }
 
 // mayCommit reports whether unit u (batch b), sent to the primary, may
@@ -2084,7 +2127,8 @@ func (ss *session) linkFor(d decision) *link {
 // analyze classifies a batch's statements into what the router needs.
 func (ss *session) analyze(b *batch, oversized bool) (unitInfo, []*classified) {
 	// The previous unit's records are reused: nothing holds them past
-	// routeBatch.
+	// routeBatch, or past settleHeld for a held read (retry.go), which
+	// comes before the next unit is read.
 	for _, c := range ss.classified {
 		*c = classified{}
 	}

@@ -61,15 +61,41 @@ func (ss *session) flushOut() error {
 // awaitClient returns the read buffer while it is empty and blocks until
 // the client sends something (or goes away), then borrows one again. It
 // costs no extra syscall on the usual path: the readiness check replaces
-// the read that would have found nothing.
+// the read that would have found nothing. A held retryable read
+// (retry.go) is settled before it returns, and when its replica fails
+// during the wait.
 func (ss *session) awaitClient() error {
-	if !ss.idleIO || ss.r.Buffered() > 0 {
+	for {
+		if !ss.idleIO || ss.r.Buffered() > 0 {
+			return ss.settleHeld()
+		}
+		ss.lendReader()
+		var err error
+		woken := false
+		switch {
+		case !ss.held.active:
+			err = ss.rc.Read(ss.peekFn) // the frames under this wait stay small
+		case ss.watchHeld():
+			err = ss.rc.Read(ss.peekFn)
+			woken = ss.unwatchHeld()
+		default:
+			woken = true // its replica failed already
+		}
+		ss.borrowReader()
+		if woken {
+			if err := ss.settleHeld(); err != nil {
+				return err
+			}
+			continue // and wait for the client
+		}
+		if err := ss.settleHeld(); err != nil {
+			return err
+		}
+		if err != nil {
+			return errClientGone{err}
+		}
 		return nil
 	}
-	ss.lendReader()
-	err := ss.rc.Read(ss.peekFn) // the frames under this wait stay small
-	ss.borrowReader()
-	return err
 }
 
 //go:noinline

@@ -1444,6 +1444,7 @@ func (ss *session) linkFailed(l *link, err error, toldClient bool) {
 	serving := l == ss.mu.cur && (ss.mu.pending > 0 || ss.mu.tx != 'I')
 	if ss.mu.awaiting == l && !ss.mu.answered {
 		serving = false // the session goroutine retries the read elsewhere
+		ss.wakeHeldLocked()
 	}
 	kept := wrote && serving && ss.keepAfterLossLocked(l, toldClient)
 	idleGoesOn := !l.replica && !serving && ss.freshnessOn() && ss.mu.pinned == "" && !(toldClient && !ss.txPool)

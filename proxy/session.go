@@ -185,6 +185,11 @@ type session struct {
 	rc       syscall.RawConn
 	peekFn   func(fd uintptr) bool
 	peekWoke bool
+	// held: a retryable read not waited for (retry.go); mayDefer: set
+	// while routeUnit routes a unit after which the session goroutine
+	// waits for the client.
+	held     heldRead
+	mayDefer bool
 	tls      bool
 	// tlsLeaf is the proxy certificate the client saw, for SCRAM channel
 	// binding (tls-server-end-point); nil without TLS.
@@ -399,6 +404,10 @@ type session struct {
 		// the client.
 		awaiting *link
 		answered bool
+		// idleWait: the session goroutine waits for the client while a
+		// read is held (retry.go: watchHeld); heldWoken: its replica's
+		// failure set a past read deadline to end that wait.
+		idleWait, heldWoken bool
 
 		// tmo: what the janitor needs for the client timeouts
 		// (timeouts.go).
