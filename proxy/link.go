@@ -956,7 +956,7 @@ func (ss *session) retryableAnswer(l *link, h wire.Header, body []byte) (_ []byt
 }
 
 // markAnswered notes that the first byte of the retryable read awaited
-// on l is about to reach the client (sendRetryable waits for it).
+// on l is about to reach the client (awaitFirst waits for it).
 func (ss *session) markAnswered(l *link) {
 	ss.mu.Lock()
 	if ss.mu.awaiting == l && !ss.mu.answered {

@@ -260,7 +260,8 @@ type session struct {
 	//
 	//	waitIdle (local.go)                pending == 0: every ReadyForQuery owed arrived
 	//	decideWhenReady (forward.go)       the server still answering is the one the unit goes to, or done
-	//	sendRetryable (forward.go)         answered: the first byte of a replica read reached the client
+	//	awaitFirst (forward.go)            answered: the first byte of a replica read reached the client
+	//	                                   (at once, or for a held read when the client sends again: retry.go)
 	//	awaitReadyForQuery (forward.go)    l.rfqs reaches a Sync of the proxy's (syncPrimary, the end of a
 	//	                                   replica stream moved to the primary), or 2 s passed
 	//	barrier (localext.go)              l.barrier leaves barrierPending
