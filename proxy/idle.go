@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"sync"
+	"time"
 
 	"github.com/pg-kinetic/pg-kinetic/internal/rawsock"
 )
@@ -72,14 +73,16 @@ func (ss *session) awaitClient() error {
 		ss.lendReader()
 		var err error
 		woken := false
-		switch {
-		case !ss.held.active:
+		if !ss.held.active {
 			err = ss.rc.Read(ss.peekFn) // the frames under this wait stay small
-		case ss.watchHeld():
-			err = ss.rc.Read(ss.peekFn)
-			woken = ss.unwatchHeld()
-		default:
-			woken = true // its replica failed already
+		} else {
+			raceWait(func(w *RaceWindows) time.Duration { return w.BeforeHeldWait })
+			if ss.watchHeld() {
+				err = ss.rc.Read(ss.peekFn)
+				woken = ss.unwatchHeld()
+			} else {
+				woken = true // its replica failed already
+			}
 		}
 		ss.borrowReader()
 		if woken {

@@ -18,6 +18,9 @@ type RaceWindows struct {
 	// BeforeBarrier delays the session goroutine before it registers a
 	// barrier (a message whose answer it waits for).
 	BeforeBarrier time.Duration
+	// BeforeHeldWait delays the session goroutine after it held a
+	// retryable read (retry.go), before it begins to wait for the client.
+	BeforeHeldWait time.Duration
 }
 
 var raceWindows atomic.Pointer[RaceWindows]

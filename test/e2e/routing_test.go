@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pg-kinetic/pg-kinetic/proxy"
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
@@ -490,6 +491,49 @@ func TestReadRetriedWhenReplicaDiesBeforeAnswering(t *testing.T) {
 		t.Fatalf("retried read ran on %d, want the primary (the only server left)", port)
 	}
 	// The session goes on.
+	if p := portOf(t, ctx, c, "select inet_server_port()"); p != cl.Primary.Port {
+		t.Fatalf("next read on %d", p)
+	}
+}
+
+// TestHeldReadReplicaDiesBeforeItsWait: a read the session goroutine did
+// not wait for (proxy/retry.go: held) whose replica dies after it was held
+// and before the goroutine began to wait for the client (that window
+// widened to 3 s) still runs once more elsewhere: nothing would interrupt
+// a wait begun after the failure, so it must not begin.
+func TestHeldReadReplicaDiesBeforeItsWait(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: 1})
+	ctx := ctxT(t, 60*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	c := connect(t, ctx, px.AppDSN())
+	replica := cl.Standbys[0]
+	if p := portOf(t, ctx, c, "select inet_server_port()"); p != replica.Port {
+		t.Fatalf("a read ran on %d, want the replica %d", p, replica.Port)
+	}
+	old := proxy.SetRaceWindows(proxy.RaceWindows{BeforeHeldWait: 3 * time.Second})
+	t.Cleanup(func() { proxy.SetRaceWindows(old) })
+	done := make(chan error, 1)
+	var port int
+	go func() {
+		// One unit (simple protocol), so that the read held is the one
+		// running (pgx would otherwise prepare it in a unit of its own).
+		done <- c.QueryRow(ctx, "select inet_server_port() from pg_sleep(2) /* held-then-lost */", pgx.QueryExecModeSimpleProtocol).Scan(&port)
+	}()
+	awaitCond(t, 20*time.Second, "the read to run on the replica", func() (bool, error) {
+		n, err := replica.QueryString(ctx, "select count(*) from pg_stat_activity where query like '%held-then-lost%' and state = 'active' and pid <> pg_backend_pid()")
+		return n == "1", err
+	})
+	if err := replica.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Start(context.Background()) })
+	if err := <-done; err != nil {
+		t.Fatalf("the read failed instead of being retried: %v", err)
+	}
+	proxy.SetRaceWindows(old)
+	if port != cl.Primary.Port {
+		t.Fatalf("retried read ran on %d, want the primary (the only server left)", port)
+	}
 	if p := portOf(t, ctx, c, "select inet_server_port()"); p != cl.Primary.Port {
 		t.Fatalf("next read on %d", p)
 	}
