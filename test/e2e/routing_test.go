@@ -476,21 +476,35 @@ func TestReadRetriedWhenReplicaDiesBeforeAnswering(t *testing.T) {
 	go func() {
 		done <- c.QueryRow(ctx, "select inet_server_port() from pg_sleep(2) /* retry-me */").Scan(&port)
 	}()
+	killWhenRunning(t, ctx, replica, "retry-me")
+	retriedOnPrimary(t, ctx, cl, c, done, &port)
+}
+
+// killWhenRunning kills replica once a statement whose text has tag runs
+// there, and starts it again when the test ends.
+func killWhenRunning(t *testing.T, ctx context.Context, replica *pgtest.Server, tag string) {
+	t.Helper()
 	awaitCond(t, 20*time.Second, "the read to run on the replica", func() (bool, error) {
-		n, err := replica.QueryString(ctx, "select count(*) from pg_stat_activity where query like '%retry-me%' and pid <> pg_backend_pid()")
+		n, err := replica.QueryString(ctx, "select count(*) from pg_stat_activity where query like '%"+tag+"%' and state = 'active' and pid <> pg_backend_pid()")
 		return n == "1", err
 	})
 	if err := replica.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { replica.Start(context.Background()) })
+}
+
+// retriedOnPrimary checks that a read whose replica was killed under it
+// (done: its outcome, port: inet_server_port() it returned) ran on the
+// primary, the only server left, and that the session goes on.
+func retriedOnPrimary(t *testing.T, ctx context.Context, cl *pgtest.Cluster, c *pgx.Conn, done <-chan error, port *int) {
+	t.Helper()
 	if err := <-done; err != nil {
 		t.Fatalf("the read failed instead of being retried: %v", err)
 	}
-	if port != cl.Primary.Port {
-		t.Fatalf("retried read ran on %d, want the primary (the only server left)", port)
+	if *port != cl.Primary.Port {
+		t.Fatalf("retried read ran on %d, want the primary (the only server left)", *port)
 	}
-	// The session goes on.
 	if p := portOf(t, ctx, c, "select inet_server_port()"); p != cl.Primary.Port {
 		t.Fatalf("next read on %d", p)
 	}
@@ -519,24 +533,8 @@ func TestHeldReadReplicaDiesBeforeItsWait(t *testing.T) {
 		// running (pgx would otherwise prepare it in a unit of its own).
 		done <- c.QueryRow(ctx, "select inet_server_port() from pg_sleep(2) /* held-then-lost */", pgx.QueryExecModeSimpleProtocol).Scan(&port)
 	}()
-	awaitCond(t, 20*time.Second, "the read to run on the replica", func() (bool, error) {
-		n, err := replica.QueryString(ctx, "select count(*) from pg_stat_activity where query like '%held-then-lost%' and state = 'active' and pid <> pg_backend_pid()")
-		return n == "1", err
-	})
-	if err := replica.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { replica.Start(context.Background()) })
-	if err := <-done; err != nil {
-		t.Fatalf("the read failed instead of being retried: %v", err)
-	}
-	proxy.SetRaceWindows(old)
-	if port != cl.Primary.Port {
-		t.Fatalf("retried read ran on %d, want the primary (the only server left)", port)
-	}
-	if p := portOf(t, ctx, c, "select inet_server_port()"); p != cl.Primary.Port {
-		t.Fatalf("next read on %d", p)
-	}
+	killWhenRunning(t, ctx, replica, "held-then-lost")
+	retriedOnPrimary(t, ctx, cl, c, done, &port)
 }
 
 // TestPgbenchReadOnlyOnReplicas: pgbench's select-only script in all three

@@ -762,14 +762,7 @@ func TestRetriedReadWithItsOwnParse(t *testing.T) {
 	replica := cl.Standbys[0]
 	rc.send(&pgproto3.Parse{Name: "s1", Query: "select inet_server_port()::text from pg_sleep(2) /* retry-named */"},
 		&pgproto3.Bind{PreparedStatement: "s1"}, &pgproto3.Execute{}, &pgproto3.Sync{})
-	awaitCond(t, 20*time.Second, "the read to run on the replica", func() (bool, error) {
-		n, err := replica.QueryString(ctx, "select count(*) from pg_stat_activity where query like '%retry-named%' and pid <> pg_backend_pid()")
-		return n == "1", err
-	})
-	if err := replica.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { replica.Start(context.Background()) })
+	killWhenRunning(t, ctx, replica, "retry-named")
 	rc.want(5, fmt.Sprintf("ParseComplete BindComplete D:%d C:SELECT 1 Z:I", cl.Primary.Port))
 	// The statement exists for the client, once.
 	rc.send(&pgproto3.Bind{PreparedStatement: "s1"}, &pgproto3.Execute{}, &pgproto3.Sync{})
