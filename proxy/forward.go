@@ -1331,7 +1331,7 @@ func (ss *session) prepareUnit(b *batch, open, oversized bool) (u unitInfo, deci
 // deciding again when a server refuses or is lost before the unit's
 // first byte reached it.
 func (ss *session) placeUnit(b *batch, u unitInfo, decisions []*classified, open bool) (*link, error) {
-	p := placement{b: b, analyzed: u, decisions: decisions, open: open, tried: map[string]bool{}}
+	p := placement{b: b, analyzed: u, decisions: decisions, open: open}
 	return ss.place(&p)
 }
 
@@ -1351,7 +1351,7 @@ type placement struct {
 	req      freshness.Requirement
 	d        decision
 	ff       fallbackFacts
-	tried    map[string]bool
+	tried    map[string]bool // nil until a server is tried (markTried)
 	planned  bool
 	replans  int
 }
@@ -1359,7 +1359,7 @@ type placement struct {
 // place carries out placement p: plans the unit, decides, acquires and
 // sends, until the unit is on a server or answered here.
 func (ss *session) place(p *placement) (*link, error) {
-	b, open := p.b, p.open
+	open := p.open
 	for {
 		if !p.planned {
 			// Everything decided before a server is chosen (route.go:
@@ -1405,7 +1405,7 @@ func (ss *session) place(p *placement) (*link, error) {
 		if p.d.target == targetRejected {
 			return nil, ss.reject(p.d, open)
 		}
-		l, step, err := ss.acquireLink(p.d, b, p.u, p.primaryV, &p.ff, p.tried, &p.replans, open)
+		l, step, err := ss.acquireLink(p)
 		switch step {
 		case acquireDone:
 			return nil, err
@@ -1438,12 +1438,13 @@ const (
 	acquireDone                      // the unit ends with acquireLink's error (nil: failed to the client, the session goes on)
 )
 
-// acquireLink gets the server connection decision d names: the session's
-// primary link or a replica's. A replica that refuses is marked tried
-// (fallback_policy then applies); a read whose primary turns out to be
-// down waits for a replica or the election (planFallback), once; a
-// primary other than the one planned against means a new plan.
-func (ss *session) acquireLink(d decision, b *batch, u unitInfo, primaryV health.Verdict, ff *fallbackFacts, tried map[string]bool, replans *int, open bool) (l *link, _ acquireStep, err error) {
+// acquireLink gets the server connection placement p's decision names:
+// the session's primary link or a replica's. A replica that refuses is
+// marked tried (fallback_policy then applies); a read whose primary turns
+// out to be down waits for a replica or the election (planFallback),
+// once; a primary other than the one planned against means a new plan.
+func (ss *session) acquireLink(p *placement) (l *link, _ acquireStep, err error) {
+	d, b, u, primaryV, ff, open := p.d, p.b, p.u, p.primaryV, &p.ff, p.open
 	if d.target == targetPrimary {
 		if l, err = ss.primaryLink(); err != nil {
 			if errors.Is(err, errQueuedCancel) {
@@ -1495,12 +1496,12 @@ func (ss *session) acquireLink(d decision, b *batch, u unitInfo, primaryV health
 			}
 			return nil, acquireDone, ss.failUnit(e, open)
 		}
-		if primaryV.Addr != "" && l.addr != primaryV.Addr && *replans < maxReplans {
+		if primaryV.Addr != "" && l.addr != primaryV.Addr && p.replans < maxReplans {
 			// Another primary was elected since the plan: plan
 			// again against it (a write told lost, a token carried)
 			// before anything goes there.
 			ss.unclaim(l)
-			(*replans)++
+			p.replans++
 			return nil, acquireReplan, nil
 		}
 	} else {
@@ -1511,7 +1512,7 @@ func (ss *session) acquireLink(d decision, b *batch, u unitInfo, primaryV health
 			// The replica refused: skip it for a while and decide
 			// again, with the same unit, elsewhere (fallback_policy
 			// applies).
-			tried[d.addr] = true
+			p.markTried(d.addr)
 			ss.log.Info("replica unavailable for a read; trying elsewhere", zap.String("server", d.addr), zap.Error(err))
 			return nil, acquireAgain, nil
 		}
@@ -1560,13 +1561,22 @@ func (ss *session) sendTo(l *link, p *placement, retryable bool) (lost bool, err
 	return ss.sendRetryable(l, p)
 }
 
+// markTried notes that server addr failed this unit: it is not chosen
+// again for it.
+func (p *placement) markTried(addr string) {
+	if p.tried == nil {
+		p.tried = map[string]bool{}
+	}
+	p.tried[addr] = true
+}
+
 // readLostAt notes that placement p's read failed on l before answering:
 // it runs again elsewhere, once per server.
 func (ss *session) readLostAt(l *link, p *placement) error {
 	if p.tried[p.d.addr] {
 		return fatalf(codeConnectionFailure, "pg-kinetic: lost the connection to the server")
 	}
-	p.tried[p.d.addr] = true
+	p.markTried(p.d.addr)
 	ss.readLost(l, p.d.addr)
 	return nil
 }

@@ -85,16 +85,13 @@ func (ss *session) awaitClient() error {
 			}
 		}
 		ss.borrowReader()
-		if woken {
-			if err := ss.settleHeld(); err != nil {
-				return err
-			}
-			continue // and wait for the client
-		}
 		if err := ss.settleHeld(); err != nil {
 			return err
 		}
-		if err != nil {
+		switch {
+		case woken:
+			continue // and wait for the client
+		case err != nil:
 			return errClientGone{err}
 		}
 		return nil
