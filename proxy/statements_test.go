@@ -112,3 +112,31 @@ func TestRunsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestTxWord: with routing off, a unit's last transaction statement is
+// told by first words alone; ROLLBACK TO does not end the block.
+func TestTxWord(t *testing.T) {
+	for text, want := range map[string]byte{
+		"":                             0,
+		"SELECT 1":                     0,
+		" begin;select 1":              'b',
+		"START TRANSACTION":            'b',
+		"select 1; COMMIT":             'e',
+		"End":                          'e',
+		"abort;begin":                  'b',
+		"rollback":                     'e',
+		"rollback;":                    'e',
+		"ROLLBACK   ":                  'e',
+		"ROLLBACK TO s":                0,
+		"rollback\tTo s; ":             0,
+		"begin;rollback to a":          'b',
+		"rollback prepared 'x'":        'e',
+		"beginx; commitx":              0,
+		"\nBEGIN\n":                    'b',
+		"BEGIN; SELECT 1; ROLLBACK; ;": 'e',
+	} {
+		if got := txWord(text); got != want {
+			t.Errorf("txWord(%q) = %q, want %q", text, got, want)
+		}
+	}
+}
