@@ -2099,8 +2099,13 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 			req.Floor = f
 		}
 	}
-	cands := ss.srv.appendCandidates(ss.mu.scratch.cands[:0], ss.route, snap, req)
-	ss.mu.scratch.cands = cands // (decide keeps none of it)
+	var cands []candidate
+	if s.mode != config.RoutingOff && s.mode != "" {
+		// (With routing off decide looks at none: judging every replica
+		// for every unit was 2% of an unrouted session's CPU.)
+		cands = ss.srv.appendCandidates(ss.mu.scratch.cands[:0], ss.route, snap, req)
+		ss.mu.scratch.cands = cands // (decide keeps none of it)
+	}
 	for i := range cands {
 		if tried[cands[i].addr] {
 			cands[i].eligible, cands[i].reason = false, reasonReplicaUnavailable
