@@ -68,7 +68,7 @@ func main() {
 
 func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	targets := fs.String("targets", "all", "comma-separated targets: direct, direct-replicas (the clients split over the standbys, no proxy), pgbouncer (both pool modes), pgbouncer-session, pgbouncer-tx, pgpool, kineticd (all three), kineticd-session, kineticd-tx, kineticd-tx-routed; or all")
+	targets := fs.String("targets", "all", "comma-separated targets: direct, direct-replicas (the clients split over the standbys, no proxy), direct-one-replica (the same pgbench processes at the first standby; by name only), pgbouncer (both pool modes), pgbouncer-session, pgbouncer-tx, pgpool, kineticd (all three), kineticd-session, kineticd-tx, kineticd-tx-routed; kineticd-session-routed-1 and kineticd-tx-routed-1 (routed to the first standby only; by name only); or all")
 	workloads := fs.String("workloads", "select,mix", "comma-separated workloads: select (pgbench -S), mix (select-only@9 + simple-update@1)")
 	modes := fs.String("modes", "simple,extended,prepared", "comma-separated pgbench -M query modes")
 	clients := fs.String("clients", "1,16,256", "comma-separated client counts")

@@ -160,7 +160,6 @@ func writeCell(w io.Writer, c cell, targets []target, sums map[string]summary) {
 			num(s.pgCS, 2), num(s.proxyCS, 2), num(s.proxySys, 2))
 	}
 	var rows []string
-	split, splitOK := spreadCost(sums)
 	for _, t := range targets {
 		if t.kind == "direct" && t.spread {
 			if b, ok := sums["direct"]; ok && sums[t.name].ok && b.ok {
@@ -176,7 +175,7 @@ func writeCell(w io.Writer, c cell, targets []target, sums map[string]summary) {
 		k := sums[t.name]
 		bases := []string{t.unrouted(), t.baseline(), "direct"}
 		if t.routed {
-			bases = append(bases, "direct-replicas")
+			bases = append(bases, t.control())
 		}
 		for _, base := range bases {
 			b, ok := sums[base]
@@ -196,10 +195,11 @@ func writeCell(w io.Writer, c cell, targets []target, sums map[string]summary) {
 				ratio(k.tps, b.tps), ratio(k.p50, b.p50), ratio(k.p99, b.p99), cpu, rss))
 		}
 		// Routing's own cost: routed / unrouted with what the split alone
-		// costs (direct-replicas / direct) taken out.
+		// costs (its control / direct) taken out.
+		split, splitOK := spreadCost(sums, t.control())
 		if u, ok := sums[t.unrouted()]; ok && t.routed && splitOK && k.ok && u.ok && u.tps > 0 {
-			rows = append(rows, fmt.Sprintf("| (%s / %s) ÷ (direct-replicas / direct) | %s | | | | |",
-				t.name, t.unrouted(), ratio(k.tps/u.tps, split)))
+			rows = append(rows, fmt.Sprintf("| (%s / %s) ÷ (%s / direct) | %s | | | | |",
+				t.name, t.unrouted(), t.control(), ratio(k.tps/u.tps, split)))
 		}
 	}
 	if len(rows) > 0 {
@@ -213,11 +213,12 @@ func writeCell(w io.Writer, c cell, targets []target, sums map[string]summary) {
 	fmt.Fprintln(w)
 }
 
-// spreadCost is direct-replicas' TPS over direct's in one cell: what
-// splitting the clients over the standbys costs with no proxy at all.
-func spreadCost(sums map[string]summary) (float64, bool) {
+// spreadCost is control's TPS over direct's in one cell (control a
+// direct spread target): what splitting the clients as a routed target
+// does costs with no proxy at all.
+func spreadCost(sums map[string]summary, control string) (float64, bool) {
 	d, ok1 := sums["direct"]
-	r, ok2 := sums["direct-replicas"]
+	r, ok2 := sums[control]
 	if !ok1 || !ok2 || !d.ok || !r.ok || d.tps == 0 {
 		return 0, false
 	}

@@ -181,6 +181,7 @@ func TestPickTargets(t *testing.T) {
 		{flag: "kineticd-tx,pgbouncer", want: "pgbouncer-session,pgbouncer-tx,kineticd-tx"},
 		{flag: "pgpool, direct", want: "direct,pgpool"},
 		{flag: "direct-replicas,kineticd-tx-routed", want: "direct-replicas,kineticd-tx-routed"},
+		{flag: "direct,kineticd-session-routed-1,direct-one-replica", want: "direct,direct-one-replica,kineticd-session-routed-1"},
 		{flag: "pgcat", err: `unknown target "pgcat"`},
 	} {
 		got, err := pickTargets(tc.flag)
@@ -225,5 +226,38 @@ func TestWriteCellSplitCost(t *testing.T) {
 	}
 	if strings.Contains(out, "(kineticd-tx / ") {
 		t.Errorf("an unrouted target got a split-cost row:\n%s", out)
+	}
+}
+
+// TestWriteCellOneReplicaControl: a target routed to one standby is
+// compared with the direct target whose clients all go to that standby,
+// the two-standby one with the direct target that splits them over both.
+func TestWriteCellOneReplicaControl(t *testing.T) {
+	targets, err := pickTargets("direct,direct-replicas,direct-one-replica,kineticd-session,kineticd-session-routed,kineticd-session-routed-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]summary{
+		"direct":                    {ok: true, tps: 20000, p50: 1, p99: 2, cpu100k: math.NaN()},
+		"direct-replicas":           {ok: true, tps: 16000, p50: 1, p99: 2, cpu100k: math.NaN()},
+		"direct-one-replica":        {ok: true, tps: 20000, p50: 1, p99: 2, cpu100k: math.NaN()},
+		"kineticd-session":          {ok: true, tps: 10000, p50: 1, p99: 2, cpu100k: 5, rssMiB: 10},
+		"kineticd-session-routed":   {ok: true, tps: 8000, p50: 1, p99: 2, cpu100k: 5, rssMiB: 10},
+		"kineticd-session-routed-1": {ok: true, tps: 9500, p50: 1, p99: 2, cpu100k: 5, rssMiB: 10},
+	}
+	var b strings.Builder
+	writeCell(&b, cell{workload: allWorkloads[0], mode: "simple", clients: 16}, targets, sums)
+	out := b.String()
+	for _, want := range []string{
+		"| direct-replicas / direct | 0.80× |",
+		"| direct-one-replica / direct | 1.00× |",
+		"| kineticd-session-routed-1 / kineticd-session | 0.95× |",
+		"| kineticd-session-routed-1 / direct-one-replica | 0.47× |",
+		"| (kineticd-session-routed-1 / kineticd-session) ÷ (direct-one-replica / direct) | 0.95× |",
+		"| (kineticd-session-routed / kineticd-session) ÷ (direct-replicas / direct) | 1.00× |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
 	}
 }

@@ -38,6 +38,7 @@ type target struct {
 	poolMode string   // session | transaction ("" for direct)
 	routed   bool     // kineticd with read_routing_mode = prefer_replica
 	spread   bool     // direct: the clients split over the standbys, one pgbench per standby
+	replicas int      // standbys used (direct spread, kineticd routed); 0: all
 	db       string   // database name clients connect with
 	env      []string // extra environment of the proxy process
 	optIn    bool     // picked by its exact name only, not by "all" or kind
@@ -51,6 +52,10 @@ var allTargets = []target{
 	// against direct is what splitting the load over several servers costs
 	// on this machine before any proxy is involved.
 	{name: "direct-replicas", kind: "direct", spread: true, db: pgtest.AppDB},
+	// Its own control: the same pgbench processes all at the first standby.
+	// What direct-replicas loses against it is what a second PostgreSQL
+	// instance on the same cores costs, standby or not.
+	{name: "direct-one-replica", kind: "direct", spread: true, replicas: 1, db: pgtest.AppDB, optIn: true},
 	{name: "pgbouncer-session", kind: "pgbouncer", poolMode: modeSession, db: "bench_session"},
 	{name: "pgbouncer-tx", kind: "pgbouncer", poolMode: modeTransaction, db: "bench_tx"},
 	{name: "pgpool", kind: "pgpool", poolMode: modeSession, db: pgtest.AppDB},
@@ -58,6 +63,10 @@ var allTargets = []target{
 	{name: "kineticd-session-routed", kind: "kineticd", poolMode: modeSession, routed: true, db: pgtest.AppDB},
 	{name: "kineticd-tx", kind: "kineticd", poolMode: modeTransaction, db: pgtest.AppDB},
 	{name: "kineticd-tx-routed", kind: "kineticd", poolMode: modeTransaction, routed: true, db: pgtest.AppDB},
+	// Routed to the first standby only (the others keep running idle): the
+	// same code without the second PostgreSQL instance's cost.
+	{name: "kineticd-session-routed-1", kind: "kineticd", poolMode: modeSession, routed: true, replicas: 1, db: pgtest.AppDB, optIn: true},
+	{name: "kineticd-tx-routed-1", kind: "kineticd", poolMode: modeTransaction, routed: true, replicas: 1, db: pgtest.AppDB, optIn: true},
 	// Variants for tuning: kineticd on one OS thread of Go code.
 	{name: "kineticd-session-gmp1", kind: "kineticd", poolMode: modeSession, db: pgtest.AppDB, env: []string{"GOMAXPROCS=1"}, optIn: true},
 	{name: "kineticd-tx-gmp1", kind: "kineticd", poolMode: modeTransaction, db: pgtest.AppDB, env: []string{"GOMAXPROCS=1"}, optIn: true},
@@ -73,6 +82,26 @@ func (t target) baseline() string {
 		return "pgbouncer-tx"
 	}
 	return "pgbouncer-session"
+}
+
+// standbys is the standbys target t uses, of those the cluster has.
+func (t target) standbys(all []*pgtest.Server) []*pgtest.Server {
+	if t.replicas > 0 && t.replicas < len(all) {
+		return all[:t.replicas]
+	}
+	return all
+}
+
+// control names the direct target that splits its clients as routed
+// target t does ("" for other targets).
+func (t target) control() string {
+	switch {
+	case t.kind != "kineticd" || !t.routed:
+		return ""
+	case t.replicas == 1:
+		return "direct-one-replica"
+	}
+	return "direct-replicas"
 }
 
 // unrouted names the kineticd target a routed one is compared with: the
@@ -138,9 +167,10 @@ func (in *instance) stop() error {
 // connection per client plus a few, so no client waits for one.
 func (b *bench) start(ctx context.Context, t target, clients int) (*instance, error) {
 	if t.kind == "direct" && t.spread {
-		in := &instance{}
-		for _, s := range b.cluster.Standbys {
-			in.addrs = append(in.addrs, s.Addr())
+		// One pgbench per standby of the cluster, each at a standby t uses.
+		in, use := &instance{}, t.standbys(b.cluster.Standbys)
+		for i := range b.cluster.Standbys {
+			in.addrs = append(in.addrs, use[i%len(use)].Addr())
 		}
 		return in, nil
 	}
@@ -176,7 +206,7 @@ func (b *bench) start(ctx context.Context, t target, clients int) (*instance, er
 	in := &instance{addr: addr, proc: p}
 	err = waitReady(ctx, p, addr, t.db)
 	if err == nil && t.routed {
-		err = waitReplicasHealthy(ctx, addr, len(b.cluster.Standbys))
+		err = waitReplicasHealthy(ctx, addr, len(t.standbys(b.cluster.Standbys)))
 	}
 	if err != nil {
 		in.stop()
@@ -319,7 +349,7 @@ func (b *bench) startKineticd(dir, addr string, t target, clients int) (*proc, e
 	if t.routed {
 		p.ReadRoutingMode = "prefer_replica"
 		p.Replicas = nil
-		for _, st := range b.cluster.Standbys {
+		for _, st := range t.standbys(b.cluster.Standbys) {
 			p.Replicas = append(p.Replicas, st.Addr())
 		}
 	}
