@@ -197,67 +197,68 @@ func TestPickTargets(t *testing.T) {
 	}
 }
 
-// TestWriteCellSplitCost: with direct and direct-replicas in a cell, the
-// table shows what the split alone costs and a routed target's ratio to its
-// unrouted one with that cost taken out.
-func TestWriteCellSplitCost(t *testing.T) {
-	targets, err := pickTargets("direct,direct-replicas,kineticd-tx,kineticd-tx-routed")
+// splitCellReport is the report of one cell of targets (a -targets list)
+// whose medians are TPS by name: direct targets without CPU, kineticd ones
+// with the same CPU and RSS.
+func splitCellReport(t *testing.T, list string, tps map[string]float64) string {
+	t.Helper()
+	targets, err := pickTargets(list)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sums := map[string]summary{
-		"direct":             {ok: true, tps: 20000, p50: 1, p99: 2, cpu100k: math.NaN()},
-		"direct-replicas":    {ok: true, tps: 17000, p50: 1, p99: 2, cpu100k: math.NaN()},
-		"kineticd-tx":        {ok: true, tps: 10000, p50: 1, p99: 2, cpu100k: 5, rssMiB: 10},
-		"kineticd-tx-routed": {ok: true, tps: 8000, p50: 1, p99: 2, cpu100k: 5, rssMiB: 10},
+	sums := map[string]summary{}
+	for name, v := range tps {
+		s := summary{ok: true, tps: v, p50: 1, p99: 2, cpu100k: math.NaN()}
+		if strings.HasPrefix(name, "kineticd") {
+			s.cpu100k, s.rssMiB = 5, 10
+		}
+		sums[name] = s
 	}
 	var b strings.Builder
 	writeCell(&b, cell{workload: allWorkloads[0], mode: "simple", clients: 16}, targets, sums)
-	out := b.String()
-	for _, want := range []string{
-		"| direct-replicas / direct | 0.85× |",
-		"| kineticd-tx-routed / kineticd-tx | 0.80× |",
-		"| kineticd-tx-routed / direct-replicas | 0.47× |",
-		"| (kineticd-tx-routed / kineticd-tx) ÷ (direct-replicas / direct) | 0.94× |",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out)
-		}
-	}
-	if strings.Contains(out, "(kineticd-tx / ") {
-		t.Errorf("an unrouted target got a split-cost row:\n%s", out)
-	}
+	return b.String()
 }
 
-// TestWriteCellOneReplicaControl: a target routed to one standby is
+// TestWriteCellSplitCost: with direct and direct-replicas in a cell, the
+// table shows what the split alone costs and a routed target's ratio to its
+// unrouted one with that cost taken out. A target routed to one standby is
 // compared with the direct target whose clients all go to that standby,
 // the two-standby one with the direct target that splits them over both.
-func TestWriteCellOneReplicaControl(t *testing.T) {
-	targets, err := pickTargets("direct,direct-replicas,direct-one-replica,kineticd-session,kineticd-session-routed,kineticd-session-routed-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sums := map[string]summary{
-		"direct":                    {ok: true, tps: 20000, p50: 1, p99: 2, cpu100k: math.NaN()},
-		"direct-replicas":           {ok: true, tps: 16000, p50: 1, p99: 2, cpu100k: math.NaN()},
-		"direct-one-replica":        {ok: true, tps: 20000, p50: 1, p99: 2, cpu100k: math.NaN()},
-		"kineticd-session":          {ok: true, tps: 10000, p50: 1, p99: 2, cpu100k: 5, rssMiB: 10},
-		"kineticd-session-routed":   {ok: true, tps: 8000, p50: 1, p99: 2, cpu100k: 5, rssMiB: 10},
-		"kineticd-session-routed-1": {ok: true, tps: 9500, p50: 1, p99: 2, cpu100k: 5, rssMiB: 10},
-	}
-	var b strings.Builder
-	writeCell(&b, cell{workload: allWorkloads[0], mode: "simple", clients: 16}, targets, sums)
-	out := b.String()
-	for _, want := range []string{
-		"| direct-replicas / direct | 0.80× |",
-		"| direct-one-replica / direct | 1.00× |",
-		"| kineticd-session-routed-1 / kineticd-session | 0.95× |",
-		"| kineticd-session-routed-1 / direct-one-replica | 0.47× |",
-		"| (kineticd-session-routed-1 / kineticd-session) ÷ (direct-one-replica / direct) | 0.95× |",
-		"| (kineticd-session-routed / kineticd-session) ÷ (direct-replicas / direct) | 1.00× |",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out)
+func TestWriteCellSplitCost(t *testing.T) {
+	for _, tc := range []struct {
+		list string
+		tps  map[string]float64
+		want []string
+	}{{
+		list: "direct,direct-replicas,kineticd-tx,kineticd-tx-routed",
+		tps:  map[string]float64{"direct": 20000, "direct-replicas": 17000, "kineticd-tx": 10000, "kineticd-tx-routed": 8000},
+		want: []string{
+			"| direct-replicas / direct | 0.85× |",
+			"| kineticd-tx-routed / kineticd-tx | 0.80× |",
+			"| kineticd-tx-routed / direct-replicas | 0.47× |",
+			"| (kineticd-tx-routed / kineticd-tx) ÷ (direct-replicas / direct) | 0.94× |",
+		},
+	}, {
+		list: "direct,direct-replicas,direct-one-replica,kineticd-session,kineticd-session-routed,kineticd-session-routed-1",
+		tps: map[string]float64{"direct": 20000, "direct-replicas": 16000, "direct-one-replica": 20000,
+			"kineticd-session": 10000, "kineticd-session-routed": 8000, "kineticd-session-routed-1": 9500},
+		want: []string{
+			"| direct-replicas / direct | 0.80× |",
+			"| direct-one-replica / direct | 1.00× |",
+			"| kineticd-session-routed-1 / kineticd-session | 0.95× |",
+			"| kineticd-session-routed-1 / direct-one-replica | 0.47× |",
+			"| (kineticd-session-routed-1 / kineticd-session) ÷ (direct-one-replica / direct) | 0.95× |",
+			"| (kineticd-session-routed / kineticd-session) ÷ (direct-replicas / direct) | 1.00× |",
+		},
+	}} {
+		out := splitCellReport(t, tc.list, tc.tps)
+		for _, want := range tc.want {
+			if !strings.Contains(out, want) {
+				t.Errorf("report lacks %q:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "(kineticd-tx / ") || strings.Contains(out, "(kineticd-session / ") {
+			t.Errorf("an unrouted target got a split-cost row:\n%s", out)
 		}
 	}
 }
