@@ -245,4 +245,25 @@ func TestUnsureWrite(t *testing.T) {
 			t.Fatalf("unsure %+v, token %v; want none and 1:0/64", u, tok)
 		}
 	})
+
+	t.Run("told: the token it kept is not judged again when a later timeline's position replaces it", func(t *testing.T) {
+		// TestFailoverDrills (transaction pooling): a block's BEGIN ran
+		// on the new primary, its INSERT was told KN002 (a write that
+		// may have been lost), the BEGIN's position arrived after that,
+		// and the old token it replaced, made a prior, failed the
+		// block's ROLLBACK with a second KN002 for the same loss.
+		ss, _ := newSession()
+		ss.mu.Lock()
+		ss.markUnsureLocked(1)
+		ss.mu.fresh.captures, ss.mu.fresh.requests = 1, 1
+		ss.mu.Unlock()
+		ss.lostWrite(nil)
+		ss.applyPosition(captureWrite, at(2, 900), true, false, 2, 1)
+		ss.mu.Lock()
+		prior, tok := ss.mu.fresh.prior, ss.mu.fresh.token
+		ss.mu.Unlock()
+		if prior.Timeline != 0 || tok != at(2, 900) {
+			t.Fatalf("prior %v, token %v; want none (told) and the token 2:0/384", prior, tok)
+		}
+	})
 }

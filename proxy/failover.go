@@ -115,9 +115,10 @@ func (ss *session) lostWrite(to *freshness.Token) {
 	lost := ss.mu.fresh.token
 	ss.mu.fresh.unsure, ss.mu.fresh.prior = unsureWrite{}, freshness.Token{}
 	now := lost
+	ss.mu.fresh.told = lost // (the token stays: this report covers it)
 	if to != nil {
 		now = *to
-		ss.mu.fresh.token = now
+		ss.mu.fresh.token, ss.mu.fresh.told = now, freshness.Token{}
 		if ss.mu.fresh.floor.Timeline != 0 && ss.mu.fresh.floor.Timeline < now.Timeline {
 			ss.mu.fresh.floor = now
 		}

@@ -115,9 +115,11 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, clears
 	ss.mu.fresh.captures--
 	raiseToken := func() {
 		if ss.mu.fresh.token.Less(tok) {
-			if old := ss.mu.fresh.token; old.Timeline != 0 && old.Timeline < tok.Timeline && ss.mu.fresh.prior.Timeline == 0 {
+			if old := ss.mu.fresh.token; old.Timeline != 0 && old.Timeline < tok.Timeline && ss.mu.fresh.prior.Timeline == 0 &&
+				old != ss.mu.fresh.told {
 				// A later primary's position replaces a token that may
-				// name a write the failover lost: kept to be judged.
+				// name a write the failover lost: kept to be judged
+				// (unless the session was told KN002 with it: told).
 				ss.mu.fresh.prior = old
 			}
 			ss.mu.fresh.token = tok

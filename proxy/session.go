@@ -117,6 +117,12 @@ type sessionFreshness struct {
 	// switch point (the history was not known yet); judged, and told if
 	// lost, once the history is (planUnit). Zero: none.
 	prior freshness.Token
+	// told: the token as it stood when the session was told KN002 and it
+	// stayed (a write that may have been lost, a prior told lost): that
+	// report covers it, so a later primary's position replacing it does
+	// not make it a prior to tell again (TestFailoverDrills: a ROLLBACK
+	// failed with a second KN002 for the same loss). Zero: none.
+	told freshness.Token
 	// seen: replicas the session read from, what it saw there not yet
 	// bounded; affine: the replica its last read-your-writes read used
 	// (affinity.go).
