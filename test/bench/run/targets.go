@@ -93,15 +93,18 @@ func (t target) standbys(all []*pgtest.Server) []*pgtest.Server {
 }
 
 // control names the direct target that splits its clients as routed
-// target t does ("" for other targets).
+// target t does: the spread one over the same standbys ("" for other
+// targets).
 func (t target) control() string {
-	switch {
-	case t.kind != "kineticd" || !t.routed:
+	if t.kind != "kineticd" || !t.routed {
 		return ""
-	case t.replicas == 1:
-		return "direct-one-replica"
 	}
-	return "direct-replicas"
+	for _, c := range allTargets {
+		if c.kind == "direct" && c.spread && c.replicas == t.replicas {
+			return c.name
+		}
+	}
+	return ""
 }
 
 // unrouted names the kineticd target a routed one is compared with: the
