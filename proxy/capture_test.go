@@ -246,6 +246,22 @@ func TestUnsureWrite(t *testing.T) {
 		}
 	})
 
+	t.Run("told: the token it kept falls back quietly when the history shows it lost", func(t *testing.T) {
+		ss, _ := newSession()
+		ss.mu.Lock()
+		ss.markUnsureLocked(1)
+		ss.mu.fresh.floor = at(1, 100)
+		ss.mu.Unlock()
+		ss.lostWrite(nil)
+		ss.fallBackTold(at(2, 80))
+		ss.mu.Lock()
+		told, tok, floor := ss.mu.fresh.told, ss.mu.fresh.token, ss.mu.fresh.floor
+		ss.mu.Unlock()
+		if told.Timeline != 0 || tok != at(2, 80) || floor != at(2, 80) {
+			t.Fatalf("told %v, token %v, floor %v; want none, 2:0/50, 2:0/50", told, tok, floor)
+		}
+	})
+
 	t.Run("told: the token it kept is not judged again when a later timeline's position replaces it", func(t *testing.T) {
 		// TestFailoverDrills (transaction pooling): a block's BEGIN ran
 		// on the new primary, its INSERT was told KN002 (a write that

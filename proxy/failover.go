@@ -95,6 +95,24 @@ func forReadServers(rt *config.Route, snap *health.Snapshot, fn func(config.Endp
 	}
 }
 
+// fallBackTold moves a token the session was told KN002 with (and kept:
+// lostWrite) to what survived of it, to, once the primary's history shows
+// it lost: the report covered it, so nothing is told or counted again.
+func (ss *session) fallBackTold(to freshness.Token) {
+	ss.mu.Lock()
+	ss.fallBackLocked(to)
+	ss.mu.Unlock()
+}
+
+// fallBackLocked sets the token to to, what survived of a lost one, and a
+// floor still on an earlier timeline with it. Callers hold ss.mu.
+func (ss *session) fallBackLocked(to freshness.Token) {
+	ss.mu.fresh.token, ss.mu.fresh.told = to, freshness.Token{}
+	if ss.mu.fresh.floor.Timeline != 0 && ss.mu.fresh.floor.Timeline < to.Timeline {
+		ss.mu.fresh.floor = to
+	}
+}
+
 // snapshotOf is the latest health snapshot of route name, nil when the
 // route is not probed.
 func (s *Server) snapshotOf(name string) *health.Snapshot {
@@ -118,10 +136,7 @@ func (ss *session) lostWrite(to *freshness.Token) {
 	ss.mu.fresh.told = lost // (the token stays: this report covers it)
 	if to != nil {
 		now = *to
-		ss.mu.fresh.token, ss.mu.fresh.told = now, freshness.Token{}
-		if ss.mu.fresh.floor.Timeline != 0 && ss.mu.fresh.floor.Timeline < now.Timeline {
-			ss.mu.fresh.floor = now
-		}
+		ss.fallBackLocked(now)
 	}
 	ss.mu.Unlock()
 	if ss.srv != nil {

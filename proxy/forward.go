@@ -1374,7 +1374,10 @@ func (ss *session) place(p *placement) (*link, error) {
 				ss.mu.fresh.prior = freshness.Token{}
 				ss.mu.Unlock()
 			}
-			if pl.lost != nil || pl.unsureTold {
+			switch {
+			case pl.quiet:
+				ss.fallBackTold(*pl.lost)
+			case pl.lost != nil || pl.unsureTold:
 				ss.lostWrite(pl.lost)
 			}
 			if pl.fail != nil {
@@ -2010,6 +2013,7 @@ func (ss *session) plan(u unitInfo) (unitPlan, health.Verdict) {
 			f.positionAsked, f.positionKnown = true, ss.waitCaptures() && !ss.owesCapture()
 			ss.mu.Lock()
 			f.floor, f.token, f.minLSN, f.unsure, f.prior = ss.mu.fresh.floor, ss.mu.fresh.token, ss.mu.fresh.minLSN, ss.mu.fresh.unsure, ss.mu.fresh.prior
+			f.told = ss.mu.fresh.told
 			ss.mu.Unlock()
 		case needStrict:
 			f.strictAsked = true
@@ -2033,7 +2037,7 @@ func (ss *session) unitFacts(u unitInfo) (unitFacts, health.Verdict) {
 	// write): a lost write is told at once (planUnit).
 	ss.mu.Lock()
 	if f.primaryHistory != nil {
-		f.token, f.prior = ss.mu.fresh.token, ss.mu.fresh.prior
+		f.token, f.prior, f.told = ss.mu.fresh.token, ss.mu.fresh.prior, ss.mu.fresh.told
 	}
 	f.unsure = ss.mu.fresh.unsure
 	f.serializable = serializableByDefault(ss.mu.settings.startup, ss.mu.settings.session)

@@ -46,8 +46,9 @@ func TestPlanUnit(t *testing.T) {
 		floor    freshness.Token
 		strict   bool
 		staleOK  bool
-		told     bool // the session is told of a lost (or maybe lost) write: its unsure write and prior token are forgotten
-		judged   bool // its prior token was judged
+		told     bool            // the session is told of a lost (or maybe lost) write: its unsure write and prior token are forgotten
+		judged   bool            // its prior token was judged
+		quietly  freshness.Token // the token, told KN002 already, falls back to this without a second report
 	}
 	for _, tc := range []struct {
 		rule string
@@ -115,6 +116,18 @@ func TestPlanUnit(t *testing.T) {
 				f.unsure = unsureWrite{timeline: 1, after: tok(1, 0x4000)}
 				return f
 			}(), want{read: true, reason: reasonRead, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary, told: true}},
+		{"§7 a token beyond the switch point that the session was told KN002 with (an unsure write's, the history unknown then): not told again, it falls back quietly and the read goes on",
+			func() unitFacts {
+				f := known(base)
+				f.primaryTimeline, f.primaryHistory, f.token, f.told = 2, planHistory(t), tok(1, 0x5001), tok(1, 0x5001)
+				return f
+			}(), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, floor: tok(2, 0x5000), quietly: tok(2, 0x5000)}},
+		{"§7 the same token told with an earlier token, not this one: KN002",
+			func() unitFacts {
+				f := known(base)
+				f.primaryTimeline, f.primaryHistory, f.token, f.told = 2, planHistory(t), tok(1, 0x5001), tok(1, 0x4000)
+				return f
+			}(), want{read: true, reason: reasonRead, fail: codeLostWrite, rejected: reasonTimelineChanged, fallback: config.FallbackPrimary}},
 		{"§7 the same unsure write without a history: KN002 too",
 			func() unitFacts {
 				f := known(base)
@@ -208,6 +221,9 @@ func TestPlanUnit(t *testing.T) {
 		p := planUnit(tc.f)
 		got := want{read: p.unit.read, reason: p.unit.reason, need: p.need, rejected: p.rejected, fallback: p.fallback,
 			floor: p.req.Floor, strict: p.req.Strict, staleOK: p.unit.staleOK, told: p.unsureTold, judged: p.priorJudged}
+		if p.quiet {
+			got.quietly = *p.lost
+		}
 		if p.fail != nil {
 			got.fail = p.fail.Code
 		}

@@ -246,6 +246,9 @@ type unitFacts struct {
 	// prior is the session's token of an earlier timeline not judged yet
 	// (sessionFreshness.prior), gathered with the token.
 	prior freshness.Token
+	// told is the token the session was told KN002 with and kept
+	// (sessionFreshness.told), gathered with the token.
+	told freshness.Token
 }
 
 // unitPlan is what planUnit decides for a unit before a server is chosen.
@@ -264,8 +267,11 @@ type unitPlan struct {
 	need     planNeed              // a fact to gather before planning again; needNothing when done
 	// lost, with fail (KN002): the session's token named a write lost in
 	// a failover; the token falls back to this (the switch point, on the
-	// primary's timeline), so the read fails once.
-	lost *freshness.Token
+	// primary's timeline), so the read fails once. Without fail (quiet):
+	// the token was told already (an unsure write's KN002 left it, the
+	// history not known then), and falls back without a second report.
+	lost  *freshness.Token
+	quiet bool
 	// unsureTold, with fail (KN002): the session's unsure write (f.unsure)
 	// may have been lost, or its prior token was lost; the session has now
 	// been told.
@@ -401,9 +407,17 @@ func planUnit(f unitFacts) unitPlan {
 // reports whether p now fails the unit.
 func planLostWrite(f unitFacts, p *unitPlan) bool {
 	if token, _, lost, sp := freshness.Carry(f.token, f.primaryTimeline, f.primaryHistory); lost {
-		p.fail = lostWriteError(f.token, sp, f.primaryTimeline)
 		to := token // (its own variable: taking token's address would put it on the heap for every unit)
-		p.rejected, p.lost = reasonTimelineChanged, &to
+		p.lost = &to
+		if f.token == f.told {
+			// The session was told KN002 with this token already (its
+			// unsure write's, before the history was known): the same
+			// loss is not told twice; the token falls back quietly.
+			p.quiet = true
+			return false
+		}
+		p.fail = lostWriteError(f.token, sp, f.primaryTimeline)
+		p.rejected = reasonTimelineChanged
 		return true
 	}
 	if pr := f.prior; pr.Timeline != 0 {
