@@ -242,6 +242,7 @@ func (ss *session) readStartup(body []byte) error {
 		return protocolViolation("invalid startup packet layout: %v", err)
 	}
 	ss.startupParams = sm.Parameters
+	_, ss.replication = sm.Parameters["replication"]
 	ss.user = sm.Parameters["user"]
 	if ss.user == "" {
 		return fatalf(codeInvalidAuthorization, "no PostgreSQL user name specified in startup packet")

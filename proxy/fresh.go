@@ -30,7 +30,7 @@ func (ss *session) freshnessOn() bool {
 // connection (walsender, COPY BOTH) is never routed: it talks to the
 // primary only and the proxy adds nothing to it.
 func (ss *session) routingMode() string {
-	if _, repl := ss.startupParams["replication"]; repl {
+	if ss.replication {
 		return config.RoutingOff
 	}
 	return ss.route.ReadRouting.ReadRoutingMode

@@ -207,6 +207,7 @@ type session struct {
 
 	user, database string
 	startupParams  map[string]string
+	replication    bool // startupParams has "replication" (routingMode, per unit: no map lookup)
 	counted        bool // counted in Server.clients
 	userCfg        *config.User
 	route          *config.Route
