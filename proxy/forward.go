@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -202,8 +203,8 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			b.reset()
 			continue
 		}
-		if h.Type != 'S' && h.Type != 'H' && h.Type != 'Q' && h.Type != 'F' && ss.r.Buffered() == 0 && ss.serverFixed() &&
-			ss.localPlan(&b) == nil {
+		paused := h.Type != 'S' && h.Type != 'H' && h.Type != 'Q' && h.Type != 'F' && ss.r.Buffered() == 0
+		if paused && ss.serverFixed() && ss.localPlan(&b) == nil {
 			// The client paused inside a batch whose server is already
 			// known (routing off, an open transaction, a pinned
 			// session): what it sent goes to the server now, as directly
@@ -217,10 +218,40 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			ss.flow.open(l, l == nil) // nil: rejected, the server would skip to Sync too
 			continue
 		}
+		if paused && ss.localPlan(&b) == nil && ss.clientStalled() {
+			// The client stopped inside a batch still to be routed
+			// (its Sync has not come within stallGrace): what it sent
+			// is routed now, as at a Flush, and the rest of the unit
+			// follows it as it arrives (a write moving it off a
+			// replica: followStream), so the server's statement_timeout
+			// runs from about when it would directly.
+			if err := ss.routeUnit(&b, true); err != nil {
+				return true, err
+			}
+			continue
+		}
 		if err := ss.endBatch(&b, h.Type); err != nil {
 			return true, err
 		}
 	}
+}
+
+// stallGrace is how long the client may go quiet inside a batch before
+// what it sent is routed without the rest (clientStalled): long against
+// the gaps between the segments of one write, short against a
+// statement_timeout.
+const stallGrace = 5 * time.Millisecond
+
+// clientStalled reports whether the client sends nothing more within
+// stallGrace, its read buffer being empty. Session goroutine only; not
+// while a held read may interrupt the wait for the client (retry.go).
+func (ss *session) clientStalled() bool {
+	if ss.held.active || ss.conn.SetReadDeadline(time.Now().Add(stallGrace)) != nil {
+		return false
+	}
+	_, err := ss.r.Peek(1)
+	ss.conn.SetReadDeadline(time.Time{})
+	return errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // openBefore routes the extended messages read so far, with no Sync after

@@ -49,8 +49,9 @@
 // Every top-level test that passes directly must pass on each kineticd
 // target. The only permitted deviations are the allowed table
 // (deviations_test.go), keyed by target pattern and test, with the three
-// classes issue 11 names: (a) with routing on a unit is routed whole, so
-// statement_timeout cannot fire between Parse and Describe; (b) in
+// classes issue 11 names: (a) with routing on a unit is routed whole (no
+// test is allowed for it since a batch the client stops inside is routed
+// at the pause); (b) in
 // transaction pooling the BackendKeyData PID is the proxy's own, so
 // terminating a session's backend by it ends nothing; (c) with routing on a
 // statement running on a replica is not in the primary's pg_stat_activity.

@@ -343,6 +343,71 @@ func flushTerminated(t *testing.T, ctx context.Context, px *kinetictest.Proxy) {
 	})
 }
 
+// TestStalledBatchRunsAsDirectly: with routing on, a client that stops
+// inside an extended batch (no Sync yet) has what it sent routed and run
+// then, as PostgreSQL would: a statement_timeout fires between Parse and
+// the rest (pgx's TestPrepareHandlesTimeoutBetweenParseAndDescribe and
+// two more), while the same batch sent at once still runs on a replica;
+// and a write after the pause moves the rest of the unit to the primary,
+// its token kept. Before the fix the proxy held the Parse until the Sync
+// and the statement ran to completion.
+func TestStalledBatchRunsAsDirectly(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	replica := map[string]bool{}
+	for p := range cl.StandbyPorts() {
+		replica[fmt.Sprint(p)] = true
+	}
+	t.Run("StatementTimeout", func(t *testing.T) {
+		rc := rawConnect(t, ctx, px.AppDSN())
+		rc.send(&pgproto3.Query{String: "set statement_timeout = '100ms'"})
+		rc.want(2, "C:SET Z:I")
+		for i := 0; i < 3; i++ {
+			// At once: routed as a unit, to a replica.
+			rc.send(&pgproto3.Parse{Name: "s", Query: "select inet_server_port()::text"}, &pgproto3.Describe{ObjectType: 'S', Name: "s"},
+				&pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "s"}, &pgproto3.Sync{})
+			got := rc.expect(8)
+			port := strings.Fields(got)[4]
+			if !replica[strings.TrimPrefix(port, "D:")] {
+				t.Fatalf("the batch sent at once: %s; want it answered by a replica %v", got, cl.StandbyPorts())
+			}
+			// The Parse, then 300 ms of nothing: the timeout fires
+			// there, the rest is skipped to the Sync.
+			rc.send(&pgproto3.Parse{Name: "s", Query: "select inet_server_port()::text"})
+			time.Sleep(300 * time.Millisecond)
+			rc.send(&pgproto3.Describe{ObjectType: 'S', Name: "s"}, &pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+			rc.want(3, "ParseComplete E:57014 Z:I")
+			// The Parse ran: the statement exists, as directly.
+			rc.send(&pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{}, &pgproto3.Close{ObjectType: 'S', Name: "s"}, &pgproto3.Sync{})
+			if got := rc.expect(5); !strings.HasPrefix(got, "BindComplete D:") || !strings.HasSuffix(got, "C:SELECT 1 CloseComplete Z:I") {
+				t.Fatalf("the statement parsed before the timeout: %s", got)
+			}
+		}
+		rc.close()
+	})
+	t.Run("WriteAfterThePause", func(t *testing.T) {
+		tbl := tableOnPausedReplicas(t, ctx, cl, px, "stalled")
+		rc := rawConnect(t, ctx, px.AppDSN())
+		primary := fmt.Sprint(cl.Primary.Port)
+		for i := 1; i <= 3; i++ {
+			rc.send(&pgproto3.Parse{Name: "r", Query: "select inet_server_port()::text"})
+			time.Sleep(50 * time.Millisecond)
+			rc.send(&pgproto3.Parse{Name: "w", Query: "insert into " + tbl + " values ($1) returning inet_server_port()::text"},
+				&pgproto3.Bind{PreparedStatement: "w", Parameters: [][]byte{[]byte(fmt.Sprint(i))}}, &pgproto3.Execute{},
+				&pgproto3.Bind{PreparedStatement: "r"}, &pgproto3.Execute{},
+				&pgproto3.Close{ObjectType: 'S', Name: "r"}, &pgproto3.Close{ObjectType: 'S', Name: "w"}, &pgproto3.Sync{})
+			rc.want(11, "ParseComplete ParseComplete BindComplete D:"+primary+" C:INSERT 0 1 BindComplete D:"+primary+
+				" C:SELECT 1 CloseComplete CloseComplete Z:I")
+			// Read back (the replicas are paused): the token moved, so
+			// the primary answers with every row.
+			rc.send(&pgproto3.Query{String: "select count(*)::text from " + tbl})
+			rc.want(4, fmt.Sprintf("RowDescription D:%d C:SELECT 1 Z:I", i))
+		}
+		rc.close()
+	})
+}
+
 // TestPipelineWithStatementPreparedElsewhere: pgx's
 // TestPipelineQueryStatementCursorFetch. A statement prepared while reads
 // went to a replica is Bound inside a pipeline that runs on the primary
