@@ -200,6 +200,58 @@ scan:
 	ss.mu.Unlock()
 }
 
+// settleLocalPortals makes a batch that names a portal of the proxy's (a
+// Bind into its name, an Execute, Describe or Close of it) wait while units
+// pipelined before it are unanswered: whether the portal lives on depends
+// on how they end (a Sync ending their implicit transaction drops it, a
+// block they open keeps it), known for sure from their ReadyForQuery.
+// Planned before it, a Bind into the name of a portal the unit before had
+// made and its Sync had dropped got 42P03 from the proxy where the server
+// binds it (differential 16826262521981934636: that unit had answered a
+// SHOW pg_kinetic.* into the portal, with server messages, so no
+// prediction of its end was made). Only this case waits (one round trip);
+// not inside an open unit, whose own end is still to come.
+func (ss *session) settleLocalPortals(b *batch) {
+	if len(ss.client.kportals) == 0 || ss.flow.state == following {
+		return
+	}
+	names := false
+	for _, m := range b.msgs {
+		body := b.body(m)
+		var name string
+		var err error
+		switch m.typ {
+		case 'B', 'E':
+			name, _, err = cstring(body)
+		case 'D', 'C':
+			var kind byte
+			if kind, name, err = describeTarget(body); kind != 'P' {
+				continue
+			}
+		default:
+			continue
+		}
+		if _, ok := ss.client.kportals[name]; ok && err == nil {
+			names = true
+			break
+		}
+	}
+	if !names {
+		return
+	}
+	ss.mu.Lock()
+	pending := ss.mu.pending > 0
+	ss.mu.Unlock()
+	if !pending {
+		return
+	}
+	// What earlier messages left in a server's write buffer goes now, or
+	// their answers never come; a failed flush leaves that link dead,
+	// which ends the wait and fails the next write to it.
+	_ = ss.flushHeld()
+	ss.waitIdle()
+}
+
 // localSplit is localPlan's answer for a batch.
 type localSplit struct {
 	local []bool // per message: the proxy answers it
@@ -220,6 +272,7 @@ type localSplit struct {
 // (the common case costs one scan of the Parse texts).
 func (ss *session) localPlan(b *batch) *localSplit {
 	ss.settleLocalUnnamed(b)
+	ss.settleLocalPortals(b)
 	ss.applyClientUndo()
 	ss.pruneEndedPortals()
 	if len(ss.client.kstmts) == 0 && len(ss.client.kportals) == 0 {

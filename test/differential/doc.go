@@ -435,6 +435,15 @@
 //     count for the barrier, whose own CloseComplete then reached the
 //     client, and the batch hung (5085097148163703010; fixed,
 //     closeAnsweredLocked, a regression seed). Again on that: 0 / 0.
+//   - 2026-12-07: 120726, 1,500 a mode: 0 / 0 / 0 / 0. 7120726, 20,000 a
+//     mode: 1 / 1 / 1 / 1, one sequence, deterministic and pre-existing: a
+//     batch answered SHOW pg_kinetic.min_lsn into portal p1 among server
+//     messages (runWithLocal, which predicts nothing of its end) and failed
+//     at its Sync; the next batch, pipelined, Bound p1 again and got the
+//     proxy's 42P03 where PostgreSQL binds, its Sync having dropped p1
+//     (16826262521981934636; fixed, settleLocalPortals: a batch naming a
+//     portal of the proxy's waits for the units before it; a regression
+//     seed).
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
