@@ -544,7 +544,8 @@ func TestKineticCommandsInExtendedProtocol(t *testing.T) {
 // Sync: a statement_timeout that expires between the client's Parse and
 // Describe fires on the server as it does directly (pgx
 // TestPrepareWithDigestedNameHandlesTimeoutBetweenParseAndDescribe). A
-// routed unit outside a transaction is held whole (docs/behaviour.md).
+// routed unit outside a transaction is routed at such a pause instead
+// (TestStalledBatchRunsAsDirectly).
 func TestMessagesForwardedAsTheyArrive(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 60*time.Second)
