@@ -38,6 +38,7 @@ func (s *Server) handle(nc net.Conn) {
 	defer s.untrack(ss)
 	defer nc.Close()
 	defer ss.uncount()
+	defer ss.leaveAffine()
 	// The startup phase (TLS, SCRAM, the first server round trip) runs on
 	// a goroutine of its own: its deep stack is freed when login ends
 	// instead of staying with the session's long-lived goroutine.

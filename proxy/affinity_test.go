@@ -83,6 +83,73 @@ func TestDecideAffine(t *testing.T) {
 	}
 }
 
+// A read that will stay where it goes (balance) picks the replica with
+// the fewest sessions staying there for its weight, ties by weight and
+// rnd; a session leaves its own replica only for one with fewer by more
+// than itself, so two replicas never trade it back and forth; and the
+// counts follow sessions moving and ending.
+func TestDecideBalanced(t *testing.T) {
+	const a, b = "a:5432", "b:5432"
+	u := unitInfo{read: true}
+	eq := []candidate{{addr: a, weight: 1, eligible: true}, {addr: b, weight: 1, eligible: true}}
+	counts := func(na, nb int64) *affineCounts {
+		c := &affineCounts{}
+		c.counter(a).Store(na)
+		c.counter(b).Store(nb)
+		return c
+	}
+	for _, tc := range []struct {
+		name   string
+		affine string
+		na, nb int64
+		cands  []candidate
+		rnd    []float64
+		want   string
+	}{
+		{"the fewer sessions wins, whatever rnd", "", 3, 1, eq, []float64{0, 0.5, 0.99}, b},
+		{"a tie: rnd, low", "", 2, 2, eq, []float64{0.2}, a},
+		{"a tie: rnd, high", "", 2, 2, eq, []float64{0.7}, b},
+		{"per weight: 2 on weight 3 is lighter than 1 on weight 1", "", 1, 2,
+			[]candidate{{addr: a, weight: 1, eligible: true}, {addr: b, weight: 3, eligible: true}}, []float64{0, 0.99}, b},
+		{"the lighter one not eligible", "", 3, 0,
+			[]candidate{{addr: a, weight: 1, eligible: true}, {addr: b, weight: 1, reason: reasonReadYourWrites}}, []float64{0.9}, a},
+		{"affine on the heavier by more than itself: moves", a, 5, 3, eq, []float64{0, 0.99}, b},
+		{"affine, heavier by itself alone: stays (moving would only swap)", a, 4, 3, eq, []float64{0, 0.99}, a},
+		{"affine, the lighter one may not serve it: stays", a, 9, 0,
+			[]candidate{{addr: a, weight: 1, eligible: true}, {addr: b, weight: 1, reason: reasonReadYourWrites}}, []float64{0.5}, a},
+	} {
+		s := sessionInfo{mode: "prefer_replica", fallback: "primary", affine: tc.affine, balance: counts(tc.na, tc.nb)}
+		for _, rnd := range tc.rnd {
+			if d := decide(s, u, tc.cands, rnd); d.target != targetReplica || d.addr != tc.want {
+				t.Errorf("%s, rnd %v: %+v, want %s", tc.name, rnd, d, tc.want)
+			}
+		}
+	}
+
+	// 16 sessions arriving one after another on two replicas of equal
+	// weight split 8 and 8, whatever rnd says.
+	c := &affineCounts{}
+	for i := 0; i < 16; i++ {
+		d := decide(sessionInfo{mode: "prefer_replica", fallback: "primary", balance: c}, u, eq, 0.99)
+		c.move("", d.addr)
+	}
+	if na, nb := c.count(a), c.count(b); na != 8 || nb != 8 {
+		t.Fatalf("16 sessions split %d / %d, want 8 / 8", na, nb)
+	}
+
+	// The session records move and end the counts.
+	srv := &Server{}
+	ss := &session{log: zap.NewNop(), srv: srv}
+	ss.mu.Lock()
+	ss.mu.fresh.affine = a
+	ss.mu.Unlock()
+	srv.affine.move("", a)
+	ss.leaveAffine()
+	if n := srv.affine.count(a); n != 0 {
+		t.Fatalf("after the session ended %d sessions stay on a, want 0", n)
+	}
+}
+
 // A replay position read on demand counts for a replica only while the
 // probes show the same run of the server: a standby that restarted may
 // have come back behind it (it starts at its minimum recovery point).

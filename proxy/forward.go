@@ -2150,6 +2150,9 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 	if floor {
 		ss.mu.fresh.seenBlocked = ss.restrictToSeenLocked(cands, snap)
 		s.affine = ss.mu.fresh.affine
+		if ss.srv != nil {
+			s.balance = &ss.srv.affine
+		}
 	}
 	if ss.deferred != "" && !u.txStart {
 		// A plain BEGIN opened a write-capable transaction.
@@ -2158,7 +2161,10 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 	d := decide(s, u, cands, rand.Float64())
 	if d.target == targetReplica {
 		ss.mu.fresh.usedReplica = true
-		if floor {
+		if floor && ss.mu.fresh.affine != d.addr {
+			if ss.srv != nil {
+				ss.srv.affine.move(ss.mu.fresh.affine, d.addr)
+			}
 			ss.mu.fresh.affine = d.addr
 		}
 	}

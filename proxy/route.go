@@ -84,6 +84,11 @@ type sessionInfo struct {
 	cur            string // address of the server with responses outstanding, "" if none
 	curReplica     bool
 	affine         string // the replica a read-your-writes read stays on while eligible, "" if none
+	// balance: the read will stay where it goes (affine), so it goes to
+	// the replica with the fewest sessions staying there for its weight,
+	// or leaves its own for one with fewer by more than itself (counts,
+	// affinity.go). nil: weighted random.
+	balance *affineCounts
 }
 
 // decision is where a unit goes and why.
@@ -137,9 +142,15 @@ func decide(s sessionInfo, u unitInfo, cands []candidate, rnd float64) decision 
 	}
 	// A read that must see the session's writes stays on the replica it
 	// last used (affinity.go): a running standby never replays backwards.
+	// It moves when another replica it may use has fewer sessions staying
+	// there by more than itself, so sessions that settled while a replica
+	// was down or busy spread out again.
 	if s.affine != "" {
 		for _, c := range cands {
 			if c.addr == s.affine && c.eligible && c.weight > 0 {
+				if b, ok := s.balance.lighter(c, cands); ok {
+					c = b
+				}
 				return decision{target: targetReplica, addr: c.addr, reason: reasonRead, lagMS: c.lagMS}
 			}
 		}
@@ -159,6 +170,10 @@ func decide(s sessionInfo, u unitInfo, cands []candidate, rnd float64) decision 
 			return decision{target: targetRejected, reason: why}
 		}
 		return decision{target: targetPrimary, reason: why}
+	}
+	if s.balance != nil {
+		c := s.balance.lightest(cands, rnd)
+		return decision{target: targetReplica, addr: c.addr, reason: reasonRead, lagMS: c.lagMS}
 	}
 	pick := int(rnd * float64(total))
 	for _, c := range cands {

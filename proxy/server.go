@@ -72,8 +72,9 @@ type Server struct {
 	metrics      *admin.Metrics
 	stopMon      context.CancelFunc
 	backoff      backoffs
-	observed     sync.Map // replica address -> observedReplay: replay position read on demand
-	pauses       pauses   // PAUSE/RESUME (pause.go)
+	observed     sync.Map     // replica address -> observedReplay: replay position read on demand
+	affine       affineCounts // sessions whose read-your-writes reads stay on each replica (affinity.go)
+	pauses       pauses       // PAUSE/RESUME (pause.go)
 
 	clients atomic.Int64 // sessions counted against max_client_conn
 	nextID  atomic.Uint64
