@@ -444,7 +444,8 @@
 //     (16826262521981934636; fixed, settleLocalPortals: a batch naming a
 //     portal of the proxy's waits for the units before it; a regression
 //     seed). 9120726 widened, 5,000 a mode (with the routing of a batch
-//     the client stops inside, 7efc952): 0 / 0 / 0 / 0.
+//     the client stops inside, 7efc952): 0 / 0 / 0 / 0. 1207001, 20,000 a
+//     mode, on the session's final code (8502b9d): 0 / 0 / 0 / 0.
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
