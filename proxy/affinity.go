@@ -114,7 +114,9 @@ func (a *affineCounts) lightest(cands []candidate, rnd float64) candidate {
 // makes the two uneven the other way, so sessions do not go back and
 // forth. nil a: none.
 func (a *affineCounts) lighter(cur candidate, cands []candidate) (candidate, bool) {
-	if a == nil {
+	if a == nil || !slices.ContainsFunc(cands, func(c candidate) bool { return c.addr != cur.addr && c.eligible && c.weight > 0 }) {
+		// (No other replica it may use, as while what it read last is
+		// not bounded: no count is looked at, on every read.)
 		return candidate{}, false
 	}
 	n := a.count(cur.addr)

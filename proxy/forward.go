@@ -203,32 +203,38 @@ func (ss *session) clientToServer() (atBoundary bool, err error) {
 			b.reset()
 			continue
 		}
-		paused := h.Type != 'S' && h.Type != 'H' && h.Type != 'Q' && h.Type != 'F' && ss.r.Buffered() == 0
-		if paused && ss.serverFixed() && ss.localPlan(&b) == nil {
-			// The client paused inside a batch whose server is already
-			// known (routing off, an open transaction, a pinned
-			// session): what it sent goes to the server now, as directly
-			// (a statement_timeout between Parse and Describe fires
-			// there), and the rest of the unit follows as it arrives.
-			l, err := ss.routeBatch(&b, true, false)
-			b.reset()
-			if err != nil {
-				return true, err
+		if h.Type != 'S' && h.Type != 'H' && h.Type != 'Q' && h.Type != 'F' && ss.r.Buffered() == 0 {
+			// The client paused inside the batch.
+			fixed := ss.serverFixed()
+			if ss.localPlan(&b) == nil {
+				if fixed {
+					// Its server is already known (routing off, an
+					// open transaction, a pinned session): what it sent
+					// goes to the server now, as directly (a
+					// statement_timeout between Parse and Describe
+					// fires there), and the rest of the unit follows
+					// as it arrives.
+					l, err := ss.routeBatch(&b, true, false)
+					b.reset()
+					if err != nil {
+						return true, err
+					}
+					ss.flow.open(l, l == nil) // nil: rejected, the server would skip to Sync too
+					continue
+				}
+				if ss.clientStalled() {
+					// Still to be routed, and its Sync has not come
+					// within stallGrace: what it sent is routed now, as
+					// at a Flush, and the rest of the unit follows it
+					// as it arrives (a write moving it off a replica:
+					// followStream), so the server's statement_timeout
+					// runs from about when it would directly.
+					if err := ss.routeUnit(&b, true); err != nil {
+						return true, err
+					}
+					continue
+				}
 			}
-			ss.flow.open(l, l == nil) // nil: rejected, the server would skip to Sync too
-			continue
-		}
-		if paused && ss.localPlan(&b) == nil && ss.clientStalled() {
-			// The client stopped inside a batch still to be routed
-			// (its Sync has not come within stallGrace): what it sent
-			// is routed now, as at a Flush, and the rest of the unit
-			// follows it as it arrives (a write moving it off a
-			// replica: followStream), so the server's statement_timeout
-			// runs from about when it would directly.
-			if err := ss.routeUnit(&b, true); err != nil {
-				return true, err
-			}
-			continue
 		}
 		if err := ss.endBatch(&b, h.Type); err != nil {
 			return true, err
