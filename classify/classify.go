@@ -135,6 +135,9 @@ type Statement struct {
 	Chain  bool // COMMIT/ROLLBACK AND CHAIN
 	// Rollback: a TxEnd that commits nothing (ROLLBACK, ABORT).
 	Rollback bool
+	// Start: a transaction begun with START TRANSACTION, whose command
+	// tag is START TRANSACTION (BEGIN's is BEGIN).
+	Start bool
 	// Savepoint is set with TxSavepoint: the command and the savepoint's
 	// name (as PostgreSQL compares it: folded to lower case unless
 	// quoted).

@@ -28,6 +28,7 @@ import (
 //	[I.]tx=begin|begin_read_only|begin_read_write|set_read_only|end|savepoint
 //	[I.]chain
 //	[I.]rollback          a TxEnd that commits nothing (ROLLBACK, ABORT)
+//	[I.]start             a BEGIN spelt START TRANSACTION
 //	[I.]savepoint=set|release|rollback:NAME  a TxSavepoint's command and name
 //	[I.]effect=set|pin|discard_all|prepare|execute|deallocate|unlisten
 //	[I.]setting=NAME [I.]value=V [I.]reset
@@ -232,6 +233,8 @@ func expected(e corpusEntry) (d Decision, hintFound bool, opts string, err error
 			st.Chain = true
 		case "rollback":
 			st.Rollback = true
+		case "start":
+			st.Start = true
 		case "savepoint":
 			op, name, _ := strings.Cut(k.val, ":")
 			st.Savepoint.Name = name
@@ -406,8 +409,8 @@ func describe(d Decision) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s/%s control=%v funcs=%v rels=%v hints=%+v\n", d.Kind, d.Reason, d.Control, d.Funcs, d.Relations, d.Hints)
 	for i, st := range d.Statements {
-		fmt.Fprintf(&b, "  [%d] %s/%s tx=%s chain=%v rollback=%v effect=%s setting=%+v more=%+v name=%q params_write=%v copy_in=%v funcs=%v rels=%v unlogs=%v nowal=%v cancels=%v",
-			i, st.Kind, st.Reason, st.Tx, st.Chain, st.Rollback, st.Effect, st.Setting, st.MoreSettings, st.PrepareName, st.ParamsWrite, st.CopyIn, st.Funcs, st.Relations, st.Unlogs, st.NoWAL, st.Cancels)
+		fmt.Fprintf(&b, "  [%d] %s/%s tx=%s chain=%v rollback=%v start=%v effect=%s setting=%+v more=%+v name=%q params_write=%v copy_in=%v funcs=%v rels=%v unlogs=%v nowal=%v cancels=%v",
+			i, st.Kind, st.Reason, st.Tx, st.Chain, st.Rollback, st.Start, st.Effect, st.Setting, st.MoreSettings, st.PrepareName, st.ParamsWrite, st.CopyIn, st.Funcs, st.Relations, st.Unlogs, st.NoWAL, st.Cancels)
 		if st.Inner != nil {
 			fmt.Fprintf(&b, " inner={%s/%s effect=%s funcs=%v}", st.Inner.Kind, st.Inner.Reason, st.Inner.Effect, st.Inner.Funcs)
 		}

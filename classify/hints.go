@@ -17,6 +17,11 @@ type Hints struct {
 	Unknown     []string // words not understood, as written; the router rejects them (SQLSTATE 22023)
 }
 
+// None reports whether h holds no hint at all.
+func (h Hints) None() bool {
+	return !h.Primary && !h.Replica && !h.StaleOK && !h.StrictFresh && h.Class == "" && h.MinLSN == "" && len(h.Unknown) == 0
+}
+
 // hintPrefix opens a hint comment's body (case-insensitive).
 const hintPrefix = "pg-kinetic:"
 

@@ -355,6 +355,7 @@ func transaction(t *pg.TransactionStmt) Statement {
 		default:
 			st.Tx = TxBegin
 		}
+		st.Start = t.GetKind() == pg.TransactionStmtKind_TRANS_STMT_START
 	case pg.TransactionStmtKind_TRANS_STMT_COMMIT, pg.TransactionStmtKind_TRANS_STMT_ROLLBACK:
 		st.Tx = TxEnd
 		st.Chain = t.GetChain()

@@ -2415,6 +2415,12 @@ func (ss *session) mergeStatement(u *unitInfo, st *classify.Statement, opens, ma
 	if !st.NoWAL {
 		u.mayWAL = true
 	}
+	if opens && ss.deferred != "" && ss.deferredRO {
+		// The first statement of a deferred BEGIN READ ONLY opens the
+		// transaction: on a replica when it is a read, on the primary
+		// (read only, as directly) when it must run there.
+		u.txStart = true
+	}
 	switch st.Tx {
 	case classify.TxBegin, classify.TxBeginReadWrite:
 		read, reason = false, reasonWrite

@@ -625,3 +625,12 @@ func FuzzRelay(f *testing.F) {
 		}
 	})
 }
+
+// firstWord is s's first word, a trailing semicolon cut.
+func firstWord(s string) string {
+	f := strings.Fields(s)
+	if len(f) == 0 {
+		return ""
+	}
+	return strings.TrimRight(f[0], ";")
+}

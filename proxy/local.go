@@ -80,7 +80,7 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 	canDefer := ss.mu.tx == 'I' && ss.mu.pinned == "" && ss.routingMode() != config.RoutingOff
 	ss.mu.Unlock()
 	switch {
-	case st.Tx == classify.TxBegin && canDefer && !d.Hints.Primary:
+	case (st.Tx == classify.TxBegin && !d.Hints.Primary || st.Tx == classify.TxBeginReadOnly && d.Hints.None()) && canDefer:
 		ss.waitIdle()
 		ss.mu.Lock()
 		if ss.mu.tx != 'I' || ss.mu.pending > 0 {
@@ -89,8 +89,12 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 		}
 		ss.mu.tx = 'T'
 		ss.mu.Unlock()
-		ss.deferred = d.text
-		return true, ss.sendTag("BEGIN", 'T')
+		ss.deferred, ss.deferredRO = d.text, st.Tx == classify.TxBeginReadOnly
+		tag := "BEGIN"
+		if st.Start {
+			tag = "START TRANSACTION" // (PostgreSQL's tag for it)
+		}
+		return true, ss.sendTag(tag, 'T')
 	case st.Tx == classify.TxEnd && ss.deferred != "" && !st.Chain && st.Effect != classify.EffectPin:
 		// The transaction never reached a server: nothing to commit. (Not
 		// PREPARE TRANSACTION, the TxEnd that pins: even an empty
@@ -101,12 +105,9 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 		failed := ss.mu.tx == 'E'
 		ss.mu.tx = 'I'
 		ss.mu.Unlock()
-		tag := strings.ToUpper(firstWord(d.text))
-		if failed || tag == "ABORT" {
-			tag = "ROLLBACK"
-		}
-		if tag == "END" {
-			tag = "COMMIT"
+		tag := "COMMIT" // (END's tag too)
+		if failed || st.Rollback {
+			tag = "ROLLBACK" // (ABORT's too)
 		}
 		return true, ss.sendTag(tag, 'I')
 	case st.Tx == classify.TxEnd && st.Chain && ss.deferred == "" && ss.routingMode() != config.RoutingOff:
@@ -149,7 +150,7 @@ func (ss *session) chainAfterFailedReplicaTx() (bool, error) {
 	ss.mu.Lock()
 	ss.mu.tx = 'T'
 	ss.mu.Unlock()
-	ss.deferred = "BEGIN"
+	ss.deferred, ss.deferredRO = "BEGIN", false
 	return true, ss.sendTag("ROLLBACK", 'T')
 }
 
@@ -250,7 +251,7 @@ func (ss *session) endChainOnReplica() error {
 	if err := ss.rollbackClaimed(l); err != nil {
 		return err
 	}
-	ss.deferred = "BEGIN"
+	ss.deferred, ss.deferredRO = "BEGIN", false
 	return nil
 }
 
@@ -401,14 +402,6 @@ func (ss *session) lastRouteText() string {
 		return ""
 	}
 	return ss.mu.last.String()
-}
-
-func firstWord(s string) string {
-	f := strings.Fields(s)
-	if len(f) == 0 {
-		return ""
-	}
-	return strings.TrimRight(f[0], ";")
 }
 
 // kineticShowNames are the pg_kinetic.* session variables SHOW answers.

@@ -240,8 +240,11 @@ type session struct {
 	// to without a flush, more of them being buffered (flushHeld).
 	unflushed  *link
 	classified []*classified // analyze's records, reused unit after unit
-	deferred   string        // a plain BEGIN answered locally, not yet sent to a server
-	chainedOn  *link         // the replica that ran an extended-protocol AND CHAIN ending a failed block (noteChainOnReplica)
+	deferred   string        // a BEGIN answered locally, not yet sent to a server (its text)
+	// deferredRO: deferred opens a READ ONLY transaction, placed by its
+	// first statement (a read pins a replica).
+	deferredRO bool
+	chainedOn  *link // the replica that ran an extended-protocol AND CHAIN ending a failed block (noteChainOnReplica)
 
 	// inj: where the proxy's own messages stand among the client's.
 	inj injection

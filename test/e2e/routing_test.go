@@ -213,6 +213,97 @@ func TestSetTransactionReadOnlyPinsAReplica(t *testing.T) {
 	}
 }
 
+// TestReadOnlyTransactionPlacedByItsFirstStatement: BEGIN READ ONLY (and
+// START TRANSACTION READ ONLY) is placed by the transaction's first
+// statement, as a plain BEGIN is: a read pins a replica; a statement that
+// must run on the primary runs there, in a read-only transaction as
+// directly. So the session's identity holds: pg_backend_pid() as the first
+// statement of a read-only transaction names the backend the client's
+// BackendKeyData names, as lib/pq's TestPing expects (it terminates that
+// backend and wants the connection gone). Command tags are the server's.
+func TestReadOnlyTransactionPlacedByItsFirstStatement(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{PoolMode: "session"})
+	ctx := ctxT(t, 30*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	direct := connect(t, ctx, cl.Primary.DSN(pgtest.SuperUser, "", "postgres"))
+	reps := cl.StandbyPorts()
+	simple := pgx.QueryExecModeSimpleProtocol
+
+	for _, begin := range []string{"begin read only", "start transaction read only", "begin transaction isolation level repeatable read, read only"} {
+		t.Run(begin, func(t *testing.T) {
+			// The tag is the server's: BEGIN, or START TRANSACTION.
+			want, err := direct.Exec(ctx, begin, simple)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := direct.Exec(ctx, "rollback", simple); err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.Exec(ctx, begin, simple)
+			if err != nil || got.String() != want.String() {
+				t.Fatalf("%s through kineticd: tag %q (%v), directly %q", begin, got, err, want)
+			}
+			var pid uint32
+			var port int
+			if err := c.QueryRow(ctx, "select pg_backend_pid(), inet_server_port()", simple).Scan(&pid, &port); err != nil {
+				t.Fatal(err)
+			}
+			if port != cl.Primary.Port || pid != c.PgConn().PID() {
+				t.Fatalf("pg_backend_pid() first in a read-only transaction: %d on %d; want %d on the primary (%d)",
+					pid, port, c.PgConn().PID(), cl.Primary.Port)
+			}
+			// Still read only there, as directly.
+			if _, err := c.Exec(ctx, "create table kinetic_ro_first (x int)", simple); pgCode(err) != "25006" {
+				t.Fatalf("a write in the read-only transaction on the primary: %v, want 25006", err)
+			}
+			if _, err := c.Exec(ctx, "rollback", simple); err != nil {
+				t.Fatal(err)
+			}
+
+			// A read first: one replica for the whole transaction.
+			if _, err := c.Exec(ctx, begin, simple); err != nil {
+				t.Fatal(err)
+			}
+			first := portOf(t, ctx, c, "select inet_server_port()")
+			for i := 0; i < 3; i++ {
+				if p := portOf(t, ctx, c, "select inet_server_port()"); !reps[first] || p != first {
+					t.Fatalf("read %d of a read-only transaction on %d, its first on %d (replicas %v)", i, p, first, reps)
+				}
+			}
+			tag, err := c.Exec(ctx, "commit", simple)
+			if err != nil || tag.String() != "COMMIT" {
+				t.Fatalf("commit: %q %v", tag, err)
+			}
+		})
+	}
+
+	// txid_current() first: a transaction id is the primary's to give
+	// (on a standby: "cannot assign TransactionIds during recovery").
+	if _, err := c.Exec(ctx, "begin read only", simple); err != nil {
+		t.Fatal(err)
+	}
+	var xid int64
+	if err := c.QueryRow(ctx, "select txid_current()", simple).Scan(&xid); err != nil || xid == 0 {
+		t.Fatalf("txid_current() first in a read-only transaction: %d %v", xid, err)
+	}
+	if _, err := c.Exec(ctx, "commit", simple); err != nil {
+		t.Fatal(err)
+	}
+	// An empty read-only transaction reaches no server and still ends.
+	for _, end := range []string{"commit", "rollback"} {
+		if _, err := c.Exec(ctx, "begin read only", simple); err != nil {
+			t.Fatal(err)
+		}
+		if tag, err := c.Exec(ctx, end, simple); err != nil || tag.String() != strings.ToUpper(end) {
+			t.Fatalf("%s of an empty read-only transaction: %q %v", end, tag, err)
+		}
+	}
+	if c.PgConn().TxStatus() != 'I' {
+		t.Fatalf("status at the end %q", c.PgConn().TxStatus())
+	}
+}
+
 // TestSessionStateFollowsTheSession: SET outside a transaction applies on
 // every server the session uses; temp tables pin the session to the
 // primary until DISCARD ALL.
