@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -44,20 +43,7 @@ host    all  pgx_pw     127.0.0.1/32  password
 // the domain uint64.
 func setupCluster(t *testing.T, ctx context.Context, c *pgtest.Cluster) {
 	t.Helper()
-	for _, s := range append([]*pgtest.Server{c.Primary}, c.Standbys...) {
-		path := filepath.Join(s.DataDir, "pg_hba.conf")
-		old, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Rewriting the file in place keeps its owner (the server's user).
-		if err := os.WriteFile(path, []byte(hbaLines+string(old)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	prependHBA(t, ctx, c, hbaLines)
 	if err := c.Primary.Exec(ctx, fmt.Sprintf(`
 		SET password_encryption = 'md5';
 		CREATE ROLE %[1]s SUPERUSER LOGIN PASSWORD '%[4]s';

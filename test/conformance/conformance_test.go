@@ -45,11 +45,7 @@ var targets = []target{
 // any test that passes directly and not through kineticd unless allowed or
 // knownOpen lists it.
 func TestPgxSuite(t *testing.T) {
-	if os.Getenv(envEnable) != "1" {
-		t.Skipf("the pgx conformance run takes ~10 minutes and is not part of go test ./...; run it with `make conformance` "+
-			"or `%s=1 go test -count=1 -timeout 40m -v ./test/conformance/` (doc.go: one target with -run 'TestPgxSuite/transaction/routed', one pgx test with %s=TestName)",
-			envEnable, envRun)
-	}
+	skipUnlessEnabled(t)
 	begin := time.Now()
 	// kineticd is built from the working tree, which others may be
 	// changing: build it now and name it now, so the table's heading names
@@ -57,6 +53,28 @@ func TestPgxSuite(t *testing.T) {
 	kinetictest.Binary(t)
 	kineticd := sourceVersion()
 	version, bins := buildPgx(t)
+	c, ctx := conformanceCluster(t)
+	setupCluster(t, ctx, c)
+	reps := runDriver(t, ctx, c, driverSuite{
+		name: "pgx", bins: bins, route: pgxRoute,
+		vars: connStrings, reset: resetDB, runPattern: os.Getenv(envRun),
+	})
+	t.Logf("pgx %s conformance of kineticd %s, %v in all:\n%s", version, kineticd, time.Since(begin).Round(time.Second), table(reps))
+}
+
+func skipUnlessEnabled(t *testing.T) {
+	t.Helper()
+	if os.Getenv(envEnable) != "1" {
+		t.Skipf("the drivers' conformance run takes ~12 minutes and is not part of go test ./...; run it with `make conformance` "+
+			"or `%s=1 go test -count=1 -timeout 40m -v ./test/conformance/` (doc.go: one target with -run 'TestPgxSuite/transaction/routed', one pgx test with %s=TestName)",
+			envEnable, envRun)
+	}
+}
+
+// conformanceCluster starts a PostgreSQL 15 primary with one streaming
+// replica for one driver's run.
+func conformanceCluster(t *testing.T) (*pgtest.Cluster, context.Context) {
+	t.Helper()
 	c := pgtest.New(t, pgtest.Options{Standbys: 1})
 	if dir := os.Getenv(envOut); dir != "" {
 		// The servers' own logs go with the raw streams (registered after
@@ -65,36 +83,55 @@ func TestPgxSuite(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	setupCluster(t, ctx, c)
-	runPattern := os.Getenv(envRun)
+	return c, ctx
+}
 
-	// The baseline always runs; -run selects among the kineticd targets.
-	resetDB(t, ctx, c)
-	direct, directRep := runTarget(t, ctx, "direct", bins, connStrings("127.0.0.1", c.Primary.Port), runPattern)
+// driverSuite is one driver's own test suite, ready to run.
+type driverSuite struct {
+	name  string
+	bins  []binary
+	route driverRoute
+	// vars are the environment variables that point the driver's tests
+	// at a server or at kineticd.
+	vars func(host string, port int) []string
+	// reset gives every target the same database, whatever an earlier
+	// one's failures left behind.
+	reset      func(t *testing.T, ctx context.Context, c *pgtest.Cluster)
+	runPattern string // -test.run for its binaries
+}
+
+// runDriver runs d's binaries directly against c's primary, the baseline,
+// and then through kineticd on every target (-run selects among those),
+// and judges each target against the baseline. It returns the reports
+// for the table: the baseline's, then each target's.
+func runDriver(t *testing.T, ctx context.Context, c *pgtest.Cluster, d driverSuite) []*targetReport {
+	t.Helper()
+	d.reset(t, ctx, c)
+	direct, directRep := runTarget(t, ctx, "direct", d.bins, d.vars("127.0.0.1", c.Primary.Port), d.runPattern)
 	directRep.Target = "direct"
 	reps := []*targetReport{directRep}
 	if directRep.count(vPassed) == 0 {
-		t.Fatalf("no pgx test passed directly against PostgreSQL; the setup is broken:\n%s", table(reps))
+		t.Fatalf("no %s test passed directly against PostgreSQL; the setup is broken:\n%s", d.name, table(reps))
 	}
 	for _, br := range directRep.Broken {
-		t.Errorf("a pgx test binary did not run to the end against PostgreSQL: %s", br)
+		t.Errorf("a %s test binary did not run to the end against PostgreSQL: %s", d.name, br)
 	}
 	if n := directRep.count(vFailed); n > 0 {
 		// Not a kineticd failure, but every such test is left out of the
 		// comparison, so say it loudly.
-		t.Logf("WARNING: %d pgx tests fail directly against PostgreSQL and are not compared", n)
+		t.Logf("WARNING: %d %s tests fail directly against PostgreSQL and are not compared", n, d.name)
 	}
 
 	for _, tg := range targets[1:] {
 		t.Run(tg.name, func(t *testing.T) {
-			resetDB(t, ctx, c)
-			px := startKineticd(t, ctx, c, tg)
-			got, rep := runTarget(t, ctx, tg.name, bins, connStrings("127.0.0.1", portOf(px.Addr)), runPattern)
+			d.reset(t, ctx, c)
+			px := startKineticd(t, ctx, c, tg, d.route)
+			got, rep := runTarget(t, ctx, tg.name, d.bins, d.vars("127.0.0.1", portOf(px.Addr)), d.runPattern)
 			judgedRep := judge(tg.name, direct, got, allowed, knownOpen)
 			judgedRep.Wall, judgedRep.Broken = rep.Wall, rep.Broken
 			reps = append(reps, judgedRep)
 			for _, br := range rep.Broken {
-				t.Errorf("a pgx test binary did not run to the end through kineticd (%s): %s", tg.name, br)
+				t.Errorf("a %s test binary did not run to the end through kineticd (%s): %s", d.name, tg.name, br)
 			}
 			for _, j := range judgedRep.Tests {
 				if j.Verdict == vFailed {
@@ -111,10 +148,10 @@ func TestPgxSuite(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("pgx %s conformance of kineticd %s, %v in all:\n%s", version, kineticd, time.Since(begin).Round(time.Second), table(reps))
+	return reps
 }
 
-// runTarget runs every pgx binary against the conn strings vars, one after
+// runTarget runs every binary of a driver against the conn strings vars, one after
 // another (the machine has two cores), and merges their tests.
 // With KINETIC_CONFORMANCE_OUT set, each binary's test2json stream is kept
 // there as TARGET-PKG.json (session_routed-pgconn.json) for the whole
@@ -136,7 +173,7 @@ func runTarget(t *testing.T, ctx context.Context, name string, bins []binary, va
 			defer f.Close()
 			keep = f
 		}
-		run, err := runSuite(ctx, b, suiteEnv(vars), runPattern, keep)
+		run, err := runSuite(ctx, b, append(suiteEnv(vars), b.env...), runPattern, keep)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,23 +191,40 @@ func runTarget(t *testing.T, ctx context.Context, name string, bins []binary, va
 	return all, d
 }
 
-// startKineticd runs the kineticd binary for target tg with a pgx_test
-// route in front of the cluster's primary and replica, the pgx roles as
-// [[users]], and pools large enough for pgx's parallel tests.
-func startKineticd(t *testing.T, ctx context.Context, c *pgtest.Cluster, tg target) *kinetictest.Process {
+// routeUser is a [[users]] entry of a driver's route: the secret clients
+// authenticate with (a password, or an md5 hash so that kineticd asks for
+// md5 as the server does) and the password kineticd logs in to servers
+// with.
+type routeUser struct{ name, secret, backend string }
+
+// driverRoute is what a driver's suite needs of kineticd: a route for its
+// database and its roles as [[users]] (the first one is used to wait for
+// the replica).
+type driverRoute struct {
+	name, db string
+	users    []routeUser
+}
+
+// pgxRoute is pgx's: database pgx_test, its three roles.
+var pgxRoute = driverRoute{name: "pgx", db: pgxDB, users: []routeUser{
+	{md5Role, md5Secret(md5Role, pgxPassword), pgxPassword},
+	{scramRole, pgxPassword, pgxPassword},
+	{plainRole, pgxPassword, pgxPassword},
+}}
+
+// startKineticd runs the kineticd binary for target tg with route r in
+// front of the cluster's primary and replica, r's roles as [[users]], and
+// pools large enough for the drivers' parallel tests.
+func startKineticd(t *testing.T, ctx context.Context, c *pgtest.Cluster, tg target, r driverRoute) *kinetictest.Process {
 	t.Helper()
 	replica := c.Standbys[0].Addr()
 	var users strings.Builder
-	for _, u := range []struct{ name, secret string }{
-		{md5Role, md5Secret(md5Role, pgxPassword)},
-		{scramRole, pgxPassword},
-		{plainRole, pgxPassword},
-	} {
-		fmt.Fprintf(&users, "\n[[users]]\nname = %q\npassword = %q\nbackend_password = %q\n", u.name, u.secret, pgxPassword)
+	for _, u := range r.users {
+		fmt.Fprintf(&users, "\n[[users]]\nname = %q\npassword = %q\nbackend_password = %q\n", u.name, u.secret, u.backend)
 	}
 	extra := users.String() + fmt.Sprintf(`
 [[routes]]
-name = "pgx"
+name = %q
 database = %q
 [routes.primary]
 address = %q
@@ -187,7 +241,7 @@ replica_health_timeout_ms = 200
 [routes.pool]
 size = 40
 acquire_timeout_ms = 10000
-`, pgxDB, c.Primary.Addr(), replica, tg.routing)
+`, r.name, r.db, c.Primary.Addr(), replica, tg.routing)
 	px := kinetictest.StartProcess(t, c, kinetictest.Params{
 		PoolMode:        tg.poolMode,
 		ReadRoutingMode: tg.routing,
@@ -200,7 +254,8 @@ acquire_timeout_ms = 10000
 	if tg.routing != "off" {
 		// Reads reach the replica only after its first probe; wait for
 		// that so the run measures routing, not its warm-up.
-		dsn := kinetictest.DSN(px.Addr, md5Role, pgxPassword, pgxDB)
+		u := r.users[0]
+		dsn := kinetictest.DSN(px.Addr, u.name, u.backend, r.db)
 		kinetictest.AwaitReadOn(t, ctx, dsn, c.StandbyPorts())
 	}
 	return px

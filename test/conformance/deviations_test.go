@@ -11,7 +11,10 @@ package conformance
 //	    (stallGrace, proxy/forward.go), and they pass. No entry left.
 //	(b) In transaction pooling the BackendKeyData PID is the proxy's own (as
 //	    with PgBouncer): pg_terminate_backend of that PID terminates no
-//	    server process, so the session it names lives on.
+//	    server process, so the session it names lives on. Nor is any server
+//	    backend the client's: pg_backend_pid() names the pooled connection
+//	    its transaction ran on, and terminating that ends the connection,
+//	    not the client's session.
 //	(c) With read routing on, a statement running on a replica is not in the
 //	    primary's pg_stat_activity, so another connection cannot find or
 //	    cancel it there (pg_cancel_backend of the client's BackendKeyData
@@ -24,6 +27,11 @@ var allowed = []deviation{
 	{"transaction/*", "pgx.TestFatalTxError", "(b) transaction pooling: the BackendKeyData PID is the proxy's, pg_terminate_backend of it ends nothing"},
 	{"transaction/*", "pgconn.TestConnCheckConn", "(b) transaction pooling: the BackendKeyData PID is the proxy's, pg_terminate_backend of it ends nothing"},
 	{"transaction/*", "pgconn.TestConnPing", "(b) transaction pooling: the BackendKeyData PID is the proxy's, pg_terminate_backend of it ends nothing"},
+	// (b) lib/pq's TestPing terminates the backend pg_backend_pid() named
+	// in a transaction and expects the connection's next Ping to fail; the
+	// next statement runs on another pooled connection.
+	{"transaction/*", "pq.TestPing", "(b) transaction pooling: no server backend is the client's; terminating the one pg_backend_pid() named ends that pooled connection"},
+	{"transaction/*", "pq-binary.TestPing", "(b) transaction pooling: no server backend is the client's; terminating the one pg_backend_pid() named ends that pooled connection"},
 }
 
 // knownOpen are failures of open defects that other work is fixing. They

@@ -1,6 +1,7 @@
-// Package conformance runs pgx's own test suite through kineticd: a client
-// that cannot tell kineticd from PostgreSQL passes its driver's tests
-// through it exactly as it does directly.
+// Package conformance runs the own test suites of two Go drivers, pgx and
+// lib/pq, through kineticd: a client that cannot tell kineticd from
+// PostgreSQL passes its driver's tests through it exactly as it does
+// directly.
 //
 // # The run
 //
@@ -36,6 +37,23 @@
 // sslmode=disable. The unix-socket, TLS, client-certificate and OAuth
 // variables stay unset, so those tests skip on every target alike; a test
 // that passes directly and skips through kineticd counts as a failure.
+//
+// TestPqSuite does the same with lib/pq at a pinned version (pqVersion in
+// pq_test.go; this repository does not require lib/pq, so go mod download
+// fetches it through the module proxy), on a cluster of its own set up as
+// lib/pq's CI does (testdata/postgres): the superuser pqgo, the roles
+// pqgomd5 (md5), pqgopassword (cleartext) and pqgoscram, a database pqgo
+// recreated before every target. Its tests are pointed at a target with
+// PGPORT alone, as in its CI (PGHOST, PGUSER, PGDATABASE and PGSSLMODE are
+// its defaults: localhost, pqgo, pqgo, disable), and pqgo's password comes
+// from a ~/.pgpass in a HOME of the run's own. Its binary runs twice per
+// target, as in its CI: with text parameters (package "pq") and with
+// PQTEST_BINARY_PARAMETERS=yes ("pq-binary"). Three examples that dial a
+// host named postgres or port 5432 whatever the variables say, and end the
+// binary with log.Fatal, are skipped everywhere. Its TLS and
+// client-certificate tests, and TestAuth (whose unknown role expects the
+// trust its CI's pg_hba.conf gives every other role), fail directly and so
+// are not compared.
 //
 // Results come from go tool test2json (the binaries run with
 // -test.v=test2json and -test.timeout=8m). Only top-level tests count; a
@@ -78,7 +96,7 @@
 // The baseline (direct) always runs; -run selects the kineticd targets
 // (go test splits its pattern at slashes, so match a target's two parts
 // separately), and KINETIC_CONFORMANCE_PGX_RUN is passed to pgx's binaries
-// as -test.run:
+// as -test.run (KINETIC_CONFORMANCE_PQ_RUN to lib/pq's):
 //
 //	# one target
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run 'TestPgxSuite/transaction/routed' ./test/conformance/
@@ -89,6 +107,8 @@
 //	KINETIC_CONFORMANCE=1 KINETIC_CONFORMANCE_PGX_RUN='^TestFatalTxError$' go test -count=1 -v ./test/conformance/
 //	# only the baseline
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run 'TestPgxSuite/none' ./test/conformance/
+//	# lib/pq's suite alone (about a minute)
+//	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestPqSuite ./test/conformance/
 //
 // The table has only each failure's first error line. With
 // KINETIC_CONFORMANCE_OUT=DIR the raw test2json stream of every binary and

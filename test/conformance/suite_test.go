@@ -23,7 +23,7 @@ const pgxModule = "github.com/jackc/pgx/v5"
 // pgxPackages are the packages of pgx whose tests run, by the short name
 // used in test keys ("pgconn.TestConnect") and their directory in the
 // module.
-var pgxPackages = []struct{ name, dir string }{
+var pgxPackages = []pkgDir{
 	{"pgx", "."},
 	{"pgconn", "pgconn"},
 	{"pgproto3", "pgproto3"},
@@ -33,56 +33,74 @@ var pgxPackages = []struct{ name, dir string }{
 // slowest package takes well under two minutes against PostgreSQL.
 const suiteTimeout = 8 * time.Minute
 
-// binary is one compiled pgx test binary.
+// binary is one run of a compiled test binary of a driver.
 type binary struct {
-	pkg  string // "pgx", "pgconn", "pgproto3"
+	pkg  string // "pgx", "pgconn", "pgproto3", "pq"; the tests' key prefix
 	path string // the executable
 	dir  string // the package's directory in the copied module (its tests' working directory)
+	// env is added to the target's variables for this run (lib/pq's
+	// PQTEST_BINARY_PARAMETERS); skip is its -test.skip.
+	env  []string
+	skip string
 }
 
-// buildPgx copies pgx's module directory out of the read-only module cache
-// into a temporary directory and compiles its test binaries there, once. It
-// builds with -trimpath, so Go's build cache recognises the copy on later
-// runs and a warm build takes a second or two.
+// pkgDir is one package of a driver's module whose tests run: its short
+// name in test keys ("pgconn.TestConnect") and its directory in the module.
+type pkgDir struct{ name, dir string }
+
+// buildPgx builds pgx's test binaries at the version go.mod requires.
 func buildPgx(t *testing.T) (version string, bins []binary) {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to build pgx's tests: %v", err)
-	}
-	out, err := exec.Command(goBin, "list", "-m", "-f", "{{.Version}}", pgxModule).Output()
+	out, err := exec.Command(goCommand(t), "list", "-m", "-f", "{{.Version}}", pgxModule).Output()
 	if err != nil {
 		t.Fatalf("go list -m %s: %v", pgxModule, err)
 	}
 	version = strings.TrimSpace(string(out))
-	cmd := exec.Command(goBin, "mod", "download", "-json", pgxModule+"@"+version)
-	out, err = cmd.Output()
+	return version, buildModule(t, pgxModule, version, pgxPackages)
+}
+
+// buildModule copies module@version's directory out of the read-only module
+// cache (downloading it through the module proxy when it is not there) into
+// a temporary directory and compiles the test binaries of pkgs there, once.
+// It builds with -trimpath, so Go's build cache recognises the copy on later
+// runs and a warm build takes a second or two.
+func buildModule(t *testing.T, module, version string, pkgs []pkgDir) (bins []binary) {
+	t.Helper()
+	goBin := goCommand(t)
+	cmd := exec.Command(goBin, "mod", "download", "-json", module+"@"+version)
+	// (-mod=mod: a module this repository does not require, lib/pq, is
+	// fetched all the same.)
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	out, err := cmd.Output()
 	var mod struct{ Dir, Error string }
 	if jerr := json.Unmarshal(out, &mod); err != nil || jerr != nil || mod.Dir == "" {
-		t.Fatalf("go mod download -json %s@%s: %v %v %s", pgxModule, version, err, jerr, mod.Error)
+		t.Fatalf("go mod download -json %s@%s: %v %v %s", module, version, err, jerr, mod.Error)
 	}
 
-	src := filepath.Join(t.TempDir(), "pgx")
+	src := filepath.Join(t.TempDir(), filepath.Base(module))
 	if err := os.CopyFS(src, os.DirFS(mod.Dir)); err != nil {
 		t.Fatalf("copying %s: %v", mod.Dir, err)
 	}
 	binDir := t.TempDir()
 	args := []string{"test", "-c", "-trimpath", "-o", binDir + "/"}
-	for _, p := range pgxPackages {
+	if len(pkgs) == 1 {
+		args[len(args)-1] = filepath.Join(binDir, pkgs[0].name+".test")
+	}
+	for _, p := range pkgs {
 		args = append(args, "./"+p.dir)
 	}
 	begin := time.Now()
 	cmd = exec.Command(goBin, args...)
 	cmd.Dir = src
-	// pgx is its own main module here: no workspace, and none of our flags
-	// (a -mod=vendor of the caller's would break it). Its dependencies come
-	// through the module proxy on first use.
+	// The driver is its own main module here: no workspace, and none of
+	// our flags (a -mod=vendor of the caller's would break it). Its
+	// dependencies come through the module proxy on first use.
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), src, err, out)
 	}
-	t.Logf("built pgx %s test binaries in %v", version, time.Since(begin).Round(time.Millisecond))
-	for _, p := range pgxPackages {
+	t.Logf("built %s %s test binaries in %v", module, version, time.Since(begin).Round(time.Millisecond))
+	for _, p := range pkgs {
 		// go test -c -o DIR/ names each binary after its package's import
 		// path without a major-version suffix: pgx.test, pgconn.test, ...
 		bins = append(bins, binary{pkg: p.name, path: filepath.Join(binDir, p.name+".test"), dir: filepath.Join(src, p.dir)})
@@ -92,7 +110,16 @@ func buildPgx(t *testing.T) (version string, bins []binary) {
 			t.Fatalf("go test -c did not produce %s: %v", b.path, err)
 		}
 	}
-	return version, bins
+	return bins
+}
+
+func goCommand(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to build the drivers' tests: %v", err)
+	}
+	return goBin
 }
 
 // outcome is what became of one top-level test in one run.
@@ -157,6 +184,9 @@ func runSuite(ctx context.Context, b binary, env []string, runPattern string, ke
 		"-test.v=test2json", "-test.count=1", "-test.timeout=" + suiteTimeout.String()}
 	if runPattern != "" {
 		args = append(args, "-test.run="+runPattern)
+	}
+	if b.skip != "" {
+		args = append(args, "-test.skip="+b.skip)
 	}
 	// The outer deadline only guards against a binary that ignores its own
 	// -test.timeout.
