@@ -15,15 +15,30 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// pendingCancel is a unit sent to the primary at server that calls
-// pg_cancel_backend(pid) for pids. It is relayed when the unit's
-// ReadyForQuery arrives without an error in the unit: the primary has
-// then checked the caller's right to signal those backends, and signalled
-// them.
+// pendingCancel is a unit sent to the primary that calls
+// pg_cancel_backend(pid) for sessions' primary backends. It is relayed
+// when the unit's ReadyForQuery arrives without an error in the unit: the
+// primary has then checked the caller's right to signal those backends,
+// and signalled them.
 type pendingCancel struct {
-	seq    uint64 // unitSeq when the unit was sent (as effect.seq)
-	server string
-	pids   []uint32
+	seq     uint64 // unitSeq when the unit was sent (as effect.seq)
+	targets []cancelTarget
+}
+
+// cancelTarget is a session whose statement ran on a replica when a
+// pg_cancel_backend of its primary backend was sent: only that statement
+// is cancelled there, and only if it still runs when the primary answered.
+// (One that began later would not have been cancelled directly: the
+// server's signal came before it. Relayed after the primary's answer, the
+// cancel could otherwise reach the session's next statement, one that
+// started after the primary's own signal already stopped a statement of
+// the session there.)
+type cancelTarget struct {
+	ss *session
+	l  *link
+	// until: the statement still runs while l has seen fewer
+	// ReadyForQuery than this.
+	until uint64
 }
 
 // cancelPIDs appends to pids the process IDs that classified statement c
@@ -87,13 +102,18 @@ func bindInt(b *pgproto3.Bind, i int) (int64, bool) {
 }
 
 // noteCancels remembers that the unit being sent to primary link l
-// cancels pids (relayCancelsLocked relays them once it succeeded).
+// cancels pids, with the statements those sessions run on replicas now
+// (relayCancelsLocked relays them once the unit succeeded).
 func (ss *session) noteCancels(l *link, pids []uint32) {
 	if len(pids) == 0 || l.replica {
 		return
 	}
+	targets := ss.srv.cancelTargets(l.addr, pids)
+	if len(targets) == 0 {
+		return
+	}
 	ss.mu.Lock()
-	ss.mu.cancels = append(ss.mu.cancels, pendingCancel{seq: ss.mu.unitSeq, server: l.addr, pids: slices.Clone(pids)})
+	ss.mu.cancels = append(ss.mu.cancels, pendingCancel{seq: ss.mu.unitSeq, targets: targets})
 	ss.mu.Unlock()
 }
 
@@ -107,38 +127,58 @@ func (ss *session) relayCancelsLocked() {
 		if c.seq != ss.mu.doneSeq-1 || ss.mu.unitErr && ss.mu.errDone == c.seq {
 			continue
 		}
-		go ss.srv.relayCancels(c.server, c.pids)
+		for _, t := range c.targets {
+			go t.ss.cancelOnReplica(t)
+		}
 	}
 	if len(ss.mu.cancels) == 0 {
 		ss.mu.cancels = nil
 	}
 }
 
-// relayCancels finds the sessions whose primary backend on server is one
-// of pids, and cancels the statement each runs on a replica.
-func (s *Server) relayCancels(server string, pids []uint32) {
+// cancelTargets finds the sessions whose primary backend on server is one
+// of pids and that run a statement on a replica now.
+func (s *Server) cancelTargets(server string, pids []uint32) []cancelTarget {
 	s.mu.Lock()
-	var targets []*session
+	var sessions []*session
 	for k, ss := range s.cancels {
 		if slices.Contains(pids, k.pid) {
-			targets = append(targets, ss)
+			sessions = append(sessions, ss)
 		}
 	}
 	s.mu.Unlock()
-	for _, ss := range targets {
-		ss.cancelOnReplica(server)
+	var targets []cancelTarget
+	for _, ss := range sessions {
+		if t, ok := ss.replicaStatement(server); ok {
+			targets = append(targets, t)
+		}
 	}
+	return targets
 }
 
-// cancelOnReplica sends a CancelRequest to the replica running the
-// session's statement, if the session's primary backend (whose PID the
-// client was given) is on server and a statement runs on a replica.
-// Nothing is sent for a statement on the primary: the server's own signal
-// reached it.
-func (ss *session) cancelOnReplica(server string) {
+// replicaStatement is the statement the session runs on a replica, if its
+// primary backend (whose PID the client was given) is on server and one
+// runs there. A statement on the primary gets the server's own signal.
+func (ss *session) replicaStatement(server string) (cancelTarget, bool) {
 	ss.mu.Lock()
+	defer ss.mu.Unlock()
 	p, l := ss.mu.primary, ss.mu.cur
-	if ss.txPool || p == nil || p.addr != server || p.conn.PID != ss.key.pid || l == nil || !l.replica || !ss.runsOnLocked(l) || !l.claimLocked() {
+	if ss.txPool || p == nil || p.addr != server || p.conn.PID != ss.key.pid || l == nil || !l.replica || !ss.runsOnLocked(l) {
+		return cancelTarget{}, false
+	}
+	until := l.batches
+	if ss.mu.unsynced {
+		until++ // (the batch being sent, not counted until its Sync)
+	}
+	return cancelTarget{ss: ss, l: l, until: until}, true
+}
+
+// cancelOnReplica sends a CancelRequest to the replica running t's
+// statement, if that statement still runs.
+func (ss *session) cancelOnReplica(t cancelTarget) {
+	ss.mu.Lock()
+	l := t.l
+	if l != ss.mu.cur || l.rfqs >= t.until || !ss.runsOnLocked(l) || !l.claimLocked() {
 		ss.mu.Unlock()
 		return
 	}
