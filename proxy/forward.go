@@ -2540,11 +2540,13 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 		}
 	}
 	block := ss.deferred != ""
+	failed := false
 	if block {
 		if err := ss.inject(l, &pgproto3.Query{String: ss.deferred}, 'Z'); err != nil {
 			return errServerGone
 		}
 		ss.deferred = ""
+		failed = ss.txStatus() == 'E'
 	}
 	if inUnit != "" {
 		if err := ss.injectInUnit(l, inUnit, block); err != nil {
@@ -2555,6 +2557,16 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 		st.settings = inUnit // (until the unit ends: then unknown, endEffects)
 		ss.mu.movedOn.st, ss.mu.movedOn.seq = st, ss.mu.unitSeq
 		ss.mu.Unlock()
+	}
+	if failed {
+		// A statement the proxy answered itself failed the block before
+		// any of it reached a server (failUnit, localFailed: nothing to
+		// abort then). The server's block fails too, so that it answers
+		// the unit as PostgreSQL would in a failed block (25P02, a COMMIT
+		// that rolls back), the extended protocol's messages included.
+		if err := ss.inject(l, &pgproto3.Query{String: proxyFailedStatement}, 'Z'); err != nil {
+			return errServerGone
+		}
 	}
 	if r := ss.flow.replayDue; r != nil {
 		ss.flow.replayDue = nil

@@ -255,11 +255,17 @@ func (ss *session) endChainOnReplica() error {
 	return nil
 }
 
+// proxyFailedStatement is what the proxy sends to make a server's
+// transaction block (or batch) fail as a statement the proxy answered
+// itself failed the client's: a syntax error, whose answer is dropped.
+const proxyFailedStatement = "pg_kinetic: a proxy-answered statement failed"
+
 // abortServerTx makes the transaction block open on the session's server
 // fail, after the proxy failed a statement of it itself: the client's
 // COMMIT then rolls back, as directly. (A statement of the proxy's that
 // the server rejects; its answers are dropped.) Nothing to do when the
-// block never reached a server (a deferred BEGIN).
+// block never reached a server (a deferred BEGIN): prepareLink fails it
+// there when it does.
 func (ss *session) abortServerTx() error {
 	if ss.deferred != "" {
 		return nil
@@ -272,7 +278,7 @@ func (ss *session) abortServerTx() error {
 		return nil
 	}
 	defer ss.unclaim(l)
-	if err := ss.inject(l, &pgproto3.Query{String: "pg_kinetic: a proxy-answered statement failed"}, 'Z'); err != nil {
+	if err := ss.inject(l, &pgproto3.Query{String: proxyFailedStatement}, 'Z'); err != nil {
 		return errServerGone
 	}
 	ss.mu.Lock()

@@ -593,7 +593,7 @@ func (ss *session) localFailed(e *pgproto3.ErrorResponse, l *link) error {
 		return errClientGone{err}
 	}
 	if l != nil {
-		if err := ss.inject(l, &pgproto3.Parse{Query: "pg_kinetic: a proxy-answered statement failed"}, 'E'); err != nil {
+		if err := ss.inject(l, &pgproto3.Parse{Query: proxyFailedStatement}, 'E'); err != nil {
 			return errServerGone
 		}
 	}

@@ -304,6 +304,45 @@ func TestReadOnlyTransactionPlacedByItsFirstStatement(t *testing.T) {
 	}
 }
 
+// TestFailedDeferredBlockFailsOnTheServer: a transaction block the proxy
+// has not sent to a server yet (a BEGIN answered locally) that a statement
+// the proxy answers itself fails (an invalid pg_kinetic.min_lsn) is failed:
+// what follows fails with 25P02 as in PostgreSQL, also statements the
+// proxy sends to a server (the extended protocol, several statements in
+// one Query), and its COMMIT rolls back. (The differential test found the
+// extended-protocol case after BEGIN READ ONLY; the statements ran.)
+func TestFailedDeferredBlockFailsOnTheServer(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 30*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	simple := pgx.QueryExecModeSimpleProtocol
+	for _, begin := range []string{"begin", "begin read only"} {
+		t.Run(begin, func(t *testing.T) {
+			if _, err := c.Exec(ctx, begin, simple); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Exec(ctx, "set pg_kinetic.min_lsn = 'not a position'", simple); pgCode(err) != "22023" {
+				t.Fatalf("an invalid min_lsn: %v, want 22023", err)
+			}
+			var one int
+			if err := c.QueryRow(ctx, "select 1", pgx.QueryExecModeDescribeExec).Scan(&one); pgCode(err) != "25P02" {
+				t.Fatalf("extended protocol in the failed block: %d, %v; want 25P02", one, err)
+			}
+			if _, err := c.Exec(ctx, "select 1; select 2", simple); pgCode(err) != "25P02" {
+				t.Fatalf("two statements in one Query in the failed block: %v; want 25P02", err)
+			}
+			tag, err := c.Exec(ctx, "commit", simple)
+			if err != nil || tag.String() != "ROLLBACK" {
+				t.Fatalf("commit of the failed block: %q %v, want ROLLBACK", tag, err)
+			}
+			if c.PgConn().TxStatus() != 'I' {
+				t.Fatalf("status after it %q", c.PgConn().TxStatus())
+			}
+		})
+	}
+}
+
 // TestSessionStateFollowsTheSession: SET outside a transaction applies on
 // every server the session uses; temp tables pin the session to the
 // primary until DISCARD ALL.
