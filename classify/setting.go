@@ -23,7 +23,10 @@ func setStatement(v *pg.VariableSetStmt) Statement {
 	case pg.VariableSetKind_VAR_SET_MULTI:
 		switch v.GetName() {
 		case "TRANSACTION": // SET TRANSACTION …: this transaction only
-			if accessMode(v.GetArgs()) == modeReadOnly {
+			switch {
+			case serializable(v.GetArgs()):
+				return serializableTx()
+			case accessMode(v.GetArgs()) == modeReadOnly:
 				st.Tx = TxSetReadOnly
 			}
 		case "SESSION CHARACTERISTICS":
@@ -57,7 +60,14 @@ func setStatement(v *pg.VariableSetStmt) Statement {
 			st.Tx = TxSetReadOnly
 		}
 		return st
-	case "transaction_isolation", "transaction_deferrable":
+	case "transaction_isolation":
+		if v.GetKind() == pg.VariableSetKind_VAR_SET_VALUE && len(v.GetArgs()) == 1 {
+			if value, ok := flattenSetArgs(name, v.GetArgs()); ok && strings.EqualFold(value, "serializable") {
+				return serializableTx()
+			}
+		}
+		return st
+	case "transaction_deferrable":
 		return st
 	}
 	if v.GetIsLocal() {
@@ -203,4 +213,17 @@ func quoteIdent(s string) string {
 		return s
 	}
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// serializableTx is a statement that makes its transaction SERIALIZABLE: a
+// hot standby runs none (0A000 "cannot use serializable mode in a hot
+// standby"), so, first in a transaction (after a BEGIN the proxy deferred),
+// it opens the transaction on the primary, read only or not, as BEGIN
+// ISOLATION LEVEL SERIALIZABLE READ ONLY does (pg_dump
+// --serializable-deferrable sends BEGIN, then SET TRANSACTION ISOLATION
+// LEVEL SERIALIZABLE, READ ONLY, DEFERRABLE). It writes no WAL.
+func serializableTx() Statement {
+	st := write()
+	st.NoWAL = true
+	return st
 }

@@ -278,6 +278,32 @@ func TestReadOnlyTransactionPlacedByItsFirstStatement(t *testing.T) {
 		})
 	}
 
+	// SERIALIZABLE set first: a hot standby runs no serializable
+	// transaction (0A000), the primary does, read only too (pg_dump
+	// --serializable-deferrable's BEGIN, then SET TRANSACTION).
+	for _, script := range [][]string{
+		{"begin read only", "set transaction isolation level serializable"},
+		{"begin", "set transaction isolation level serializable, read only, deferrable"},
+		{"start transaction read only", "set transaction_isolation = 'serializable'"},
+	} {
+		for _, q := range script {
+			if _, err := c.Exec(ctx, q, simple); err != nil {
+				t.Fatalf("%v: %s: %v", script, q, err)
+			}
+		}
+		var iso string
+		var port int
+		if err := c.QueryRow(ctx, "select current_setting('transaction_isolation'), inet_server_port()", simple).Scan(&iso, &port); err != nil {
+			t.Fatalf("%v: %v", script, err)
+		}
+		if iso != "serializable" || port != cl.Primary.Port {
+			t.Fatalf("%v: isolation %s on %d, want serializable on the primary (%d)", script, iso, port, cl.Primary.Port)
+		}
+		if _, err := c.Exec(ctx, "commit", simple); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// txid_current() first: a transaction id is the primary's to give
 	// (on a standby: "cannot assign TransactionIds during recovery").
 	if _, err := c.Exec(ctx, "begin read only", simple); err != nil {
