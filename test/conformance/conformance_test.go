@@ -53,7 +53,7 @@ func TestPgxSuite(t *testing.T) {
 	kinetictest.Binary(t)
 	kineticd := sourceVersion()
 	version, bins := buildPgx(t)
-	c, ctx := conformanceCluster(t)
+	c, ctx := conformanceCluster(t, 1)
 	setupCluster(t, ctx, c)
 	reps := runDriver(t, ctx, c, driverSuite{
 		name: "pgx", bins: bins, route: pgxRoute,
@@ -71,11 +71,11 @@ func skipUnlessEnabled(t *testing.T) {
 	}
 }
 
-// conformanceCluster starts a PostgreSQL 15 primary with one streaming
-// replica for one driver's run.
-func conformanceCluster(t *testing.T) (*pgtest.Cluster, context.Context) {
+// conformanceCluster starts a PostgreSQL 15 primary with streaming
+// replicas for one driver's run; kineticd routes to all of them.
+func conformanceCluster(t *testing.T, standbys int) (*pgtest.Cluster, context.Context) {
 	t.Helper()
-	c := pgtest.New(t, pgtest.Options{Standbys: 1})
+	c := pgtest.New(t, pgtest.Options{Standbys: standbys})
 	if dir := os.Getenv(envOut); dir != "" {
 		// The servers' own logs go with the raw streams (registered after
 		// the cluster, so this runs before it is removed).
@@ -213,11 +213,16 @@ var pgxRoute = driverRoute{name: "pgx", db: pgxDB, users: []routeUser{
 }}
 
 // startKineticd runs the kineticd binary for target tg with route r in
-// front of the cluster's primary and replica, r's roles as [[users]], and
+// front of the cluster's primary and replicas, r's roles as [[users]], and
 // pools large enough for the drivers' parallel tests.
 func startKineticd(t *testing.T, ctx context.Context, c *pgtest.Cluster, tg target, r driverRoute) *kinetictest.Process {
 	t.Helper()
-	replica := c.Standbys[0].Addr()
+	var replicas []string
+	var replicaTOML strings.Builder
+	for _, s := range c.Standbys {
+		replicas = append(replicas, s.Addr())
+		fmt.Fprintf(&replicaTOML, "[[routes.replicas]]\naddress = %q\n", s.Addr())
+	}
 	var users strings.Builder
 	for _, u := range r.users {
 		fmt.Fprintf(&users, "\n[[users]]\nname = %q\npassword = %q\nbackend_password = %q\n", u.name, u.secret, u.backend)
@@ -228,9 +233,7 @@ name = %q
 database = %q
 [routes.primary]
 address = %q
-[[routes.replicas]]
-address = %q
-[routes.read_routing]
+%s[routes.read_routing]
 read_routing_mode = %q
 fallback_policy = "primary"
 [routes.freshness]
@@ -241,12 +244,12 @@ replica_health_timeout_ms = 200
 [routes.pool]
 size = 40
 acquire_timeout_ms = 10000
-`, r.name, r.db, c.Primary.Addr(), replica, tg.routing)
+`, r.name, r.db, c.Primary.Addr(), replicaTOML.String(), tg.routing)
 	px := kinetictest.StartProcess(t, c, kinetictest.Params{
 		PoolMode:        tg.poolMode,
 		ReadRoutingMode: tg.routing,
 		FallbackPolicy:  "primary",
-		Replicas:        []string{replica},
+		Replicas:        replicas,
 		MaxClientConn:   1000,
 		LogLevel:        "warn",
 		Extra:           extra,

@@ -40,8 +40,8 @@
 //
 // TestPqSuite does the same with lib/pq at a pinned version (pqVersion in
 // pq_test.go; this repository does not require lib/pq, so go mod download
-// fetches it through the module proxy), on a cluster of its own set up as
-// lib/pq's CI does (testdata/postgres): the superuser pqgo, the roles
+// fetches it through the module proxy), on a cluster of its own with two
+// standbys (kineticd routes to both), set up as lib/pq's CI does (testdata/postgres): the superuser pqgo, the roles
 // pqgomd5 (md5), pqgopassword (cleartext) and pqgoscram, a database pqgo
 // recreated before every target. Its tests are pointed at a target with
 // PGPORT alone, as in its CI (PGHOST, PGUSER, PGDATABASE and PGSSLMODE are

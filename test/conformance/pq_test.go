@@ -65,7 +65,9 @@ func TestPqSuite(t *testing.T) {
 	text.env, text.skip = []string{"PQTEST_BINARY_PARAMETERS=no"}, skip
 	bin.pkg, bin.env, bin.skip = "pq-binary", []string{"PQTEST_BINARY_PARAMETERS=yes"}, skip
 
-	c, ctx := conformanceCluster(t)
+	// Two standbys (pgx's run has one): a session's statements spread over
+	// two replicas are judged too.
+	c, ctx := conformanceCluster(t, 2)
 	setupPq(t, ctx, c)
 	reps := runDriver(t, ctx, c, driverSuite{
 		name: "lib/pq", bins: []binary{text, bin}, route: pqRoute,
