@@ -178,11 +178,18 @@ func (ss *session) replicaStatement(server string) (cancelTarget, bool) {
 func (ss *session) cancelOnReplica(t cancelTarget) {
 	ss.mu.Lock()
 	l := t.l
-	if l != ss.mu.cur || l.rfqs >= t.until || !ss.runsOnLocked(l) || !l.claimLocked() {
+	if !ss.stillRunsLocked(t) || !l.claimLocked() {
 		ss.mu.Unlock()
 		return
 	}
 	ss.mu.Unlock()
 	defer ss.unclaim(l)
 	ss.sendCancelOn(l)
+}
+
+// stillRunsLocked reports whether t's statement still runs: its link is
+// still the session's current one and has not answered it. Callers hold
+// ss.mu.
+func (ss *session) stillRunsLocked(t cancelTarget) bool {
+	return t.l == ss.mu.cur && t.l.rfqs < t.until && ss.runsOnLocked(t.l)
 }
