@@ -36,14 +36,15 @@ type Tx uint8
 const (
 	TxNone Tx = iota
 	// TxBegin: BEGIN / START TRANSACTION without an access mode (it may
-	// carry ISOLATION LEVEL or DEFERRABLE). Opens a write-capable
-	// transaction.
+	// carry ISOLATION LEVEL up to REPEATABLE READ or DEFERRABLE). Opens a
+	// write-capable transaction.
 	TxBegin
 	// TxBeginReadOnly: BEGIN / START TRANSACTION whose last access mode is
-	// READ ONLY.
+	// READ ONLY, with options a hot standby accepts.
 	TxBeginReadOnly
-	// TxBeginReadWrite: BEGIN / START TRANSACTION whose last access mode is
-	// READ WRITE.
+	// TxBeginReadWrite: BEGIN / START TRANSACTION that only the primary
+	// runs: READ WRITE among its options (even before a READ ONLY that
+	// wins), or SERIALIZABLE (a hot standby refuses both, 0A000).
 	TxBeginReadWrite
 	// TxSetReadOnly: SET TRANSACTION READ ONLY, and SET [LOCAL]
 	// transaction_read_only = on (the same thing spelt as a variable).
@@ -138,6 +139,12 @@ type Statement struct {
 	// Start: a transaction begun with START TRANSACTION, whose command
 	// tag is START TRANSACTION (BEGIN's is BEGIN).
 	Start bool
+	// SetsTx: SET TRANSACTION of characteristics a hot standby runs
+	// (isolation level up to REPEATABLE READ, READ ONLY, DEFERRABLE), in
+	// the grammar's own form, so it cannot fail before a query: first in
+	// a transaction the proxy has not sent yet, it may wait with its
+	// BEGIN for the statement that places the transaction.
+	SetsTx bool
 	// Savepoint is set with TxSavepoint: the command and the savepoint's
 	// name (as PostgreSQL compares it: folded to lower case unless
 	// quoted).

@@ -29,6 +29,7 @@ import (
 //	[I.]chain
 //	[I.]rollback          a TxEnd that commits nothing (ROLLBACK, ABORT)
 //	[I.]start             a BEGIN spelt START TRANSACTION
+//	[I.]sets_tx           SET TRANSACTION of characteristics a standby runs (SetsTx)
 //	[I.]savepoint=set|release|rollback:NAME  a TxSavepoint's command and name
 //	[I.]effect=set|pin|discard_all|prepare|execute|deallocate|unlisten
 //	[I.]setting=NAME [I.]value=V [I.]reset
@@ -288,6 +289,8 @@ func expected(e corpusEntry) (d Decision, hintFound bool, opts string, err error
 			st.Unlogs = true
 		case "nowal":
 			st.NoWAL = true
+		case "sets_tx":
+			st.SetsTx = true
 		default:
 			err = fmt.Errorf("unknown key %q", k.key)
 		}
@@ -409,8 +412,8 @@ func describe(d Decision) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s/%s control=%v funcs=%v rels=%v hints=%+v\n", d.Kind, d.Reason, d.Control, d.Funcs, d.Relations, d.Hints)
 	for i, st := range d.Statements {
-		fmt.Fprintf(&b, "  [%d] %s/%s tx=%s chain=%v rollback=%v start=%v effect=%s setting=%+v more=%+v name=%q params_write=%v copy_in=%v funcs=%v rels=%v unlogs=%v nowal=%v cancels=%v",
-			i, st.Kind, st.Reason, st.Tx, st.Chain, st.Rollback, st.Start, st.Effect, st.Setting, st.MoreSettings, st.PrepareName, st.ParamsWrite, st.CopyIn, st.Funcs, st.Relations, st.Unlogs, st.NoWAL, st.Cancels)
+		fmt.Fprintf(&b, "  [%d] %s/%s tx=%s chain=%v rollback=%v start=%v sets_tx=%v effect=%s setting=%+v more=%+v name=%q params_write=%v copy_in=%v funcs=%v rels=%v unlogs=%v nowal=%v cancels=%v",
+			i, st.Kind, st.Reason, st.Tx, st.Chain, st.Rollback, st.Start, st.SetsTx, st.Effect, st.Setting, st.MoreSettings, st.PrepareName, st.ParamsWrite, st.CopyIn, st.Funcs, st.Relations, st.Unlogs, st.NoWAL, st.Cancels)
 		if st.Inner != nil {
 			fmt.Fprintf(&b, " inner={%s/%s effect=%s funcs=%v}", st.Inner.Kind, st.Inner.Reason, st.Inner.Effect, st.Inner.Funcs)
 		}

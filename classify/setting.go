@@ -24,11 +24,16 @@ func setStatement(v *pg.VariableSetStmt) Statement {
 		switch v.GetName() {
 		case "TRANSACTION": // SET TRANSACTION …: this transaction only
 			switch {
-			case serializable(v.GetArgs()):
-				return serializableTx()
+			case serializable(v.GetArgs()), readWrite(v.GetArgs()):
+				return primaryTx()
 			case accessMode(v.GetArgs()) == modeReadOnly:
 				st.Tx = TxSetReadOnly
 			}
+			st.SetsTx = true
+		case "TRANSACTION SNAPSHOT":
+			// The snapshot exists only where it was exported, and
+			// pg_export_snapshot runs on the primary.
+			return primaryTx()
 		case "SESSION CHARACTERISTICS":
 			settings, ok := sessionCharacteristics(v.GetArgs())
 			if !ok {
@@ -43,7 +48,6 @@ func setStatement(v *pg.VariableSetStmt) Statement {
 				}
 			}
 		}
-		// TRANSACTION SNAPSHOT: this transaction only.
 		return st
 	case pg.VariableSetKind_VAR_RESET_ALL:
 		st.Effect = EffectSet
@@ -56,14 +60,17 @@ func setStatement(v *pg.VariableSetStmt) Statement {
 	// spelling. SET transaction_read_only = on is SET TRANSACTION READ ONLY.
 	switch name {
 	case "transaction_read_only":
-		if v.GetKind() == pg.VariableSetKind_VAR_SET_VALUE && len(v.GetArgs()) == 1 && !defIsFalse(v.GetArgs()[0]) {
+		if v.GetKind() == pg.VariableSetKind_VAR_SET_VALUE && len(v.GetArgs()) == 1 {
+			if defIsFalse(v.GetArgs()[0]) {
+				return primaryTx()
+			}
 			st.Tx = TxSetReadOnly
 		}
 		return st
 	case "transaction_isolation":
 		if v.GetKind() == pg.VariableSetKind_VAR_SET_VALUE && len(v.GetArgs()) == 1 {
 			if value, ok := flattenSetArgs(name, v.GetArgs()); ok && strings.EqualFold(value, "serializable") {
-				return serializableTx()
+				return primaryTx()
 			}
 		}
 		return st
@@ -215,14 +222,17 @@ func quoteIdent(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }
 
-// serializableTx is a statement that makes its transaction SERIALIZABLE: a
-// hot standby runs none (0A000 "cannot use serializable mode in a hot
-// standby"), so, first in a transaction (after a BEGIN the proxy deferred),
-// it opens the transaction on the primary, read only or not, as BEGIN
-// ISOLATION LEVEL SERIALIZABLE READ ONLY does (pg_dump
-// --serializable-deferrable sends BEGIN, then SET TRANSACTION ISOLATION
-// LEVEL SERIALIZABLE, READ ONLY, DEFERRABLE). It writes no WAL.
-func serializableTx() Statement {
+// primaryTx is a statement that gives its transaction something only the
+// primary has: SERIALIZABLE (a hot standby runs none: 0A000 "cannot use
+// serializable mode in a hot standby"), READ WRITE (0A000 "cannot set
+// transaction read-write mode during recovery"), or a snapshot imported
+// with SET TRANSACTION SNAPSHOT (pg_export_snapshot runs on the primary).
+// First in a transaction (after a BEGIN the proxy deferred), it opens the
+// transaction on the primary, read only or not, as BEGIN ISOLATION LEVEL
+// SERIALIZABLE READ ONLY does (pg_dump --serializable-deferrable sends
+// BEGIN, then SET TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ ONLY,
+// DEFERRABLE). It writes no WAL.
+func primaryTx() Statement {
 	st := write()
 	st.NoWAL = true
 	return st

@@ -342,16 +342,14 @@ func transaction(t *pg.TransactionStmt) Statement {
 	st := read()
 	switch t.GetKind() {
 	case pg.TransactionStmtKind_TRANS_STMT_BEGIN, pg.TransactionStmtKind_TRANS_STMT_START:
-		switch accessMode(t.GetOptions()) {
-		case modeReadOnly:
-			st.Tx = TxBeginReadOnly
-			if serializable(t.GetOptions()) {
-				// A hot standby cannot run a serializable transaction
-				// (0A000); the primary can, read only.
-				st.Tx = TxBegin
-			}
-		case modeReadWrite:
+		switch {
+		case serializable(t.GetOptions()), readWrite(t.GetOptions()):
+			// A hot standby refuses a serializable transaction and READ
+			// WRITE (0A000), even when a later READ ONLY would make the
+			// transaction read only; the primary runs it.
 			st.Tx = TxBeginReadWrite
+		case accessMode(t.GetOptions()) == modeReadOnly:
+			st.Tx = TxBeginReadOnly
 		default:
 			st.Tx = TxBegin
 		}
@@ -405,6 +403,18 @@ const (
 	modeReadOnly
 	modeReadWrite
 )
+
+// readWrite reports whether transaction options set READ WRITE at all: a
+// hot standby applies them in order and fails at that one (0A000 "cannot
+// set transaction read-write mode during recovery").
+func readWrite(opts []*pg.Node) bool {
+	for _, o := range opts {
+		if de := o.GetDefElem(); de != nil && de.GetDefname() == "transaction_read_only" && defIsFalse(de.GetArg()) {
+			return true
+		}
+	}
+	return false
+}
 
 // accessMode returns the last access mode among transaction options; the
 // server applies them in order, so the last wins.

@@ -43,8 +43,8 @@ func (ss *session) waitIdle() {
 // answerLocally handles single simple-protocol statements the proxy answers
 // itself: SHOW pg_kinetic.last_route, a plain BEGIN whose server is chosen
 // by the transaction's first statement (so SET TRANSACTION READ ONLY can
-// still pick a replica), and the end of such a transaction before it
-// reached any server.
+// still pick a replica), SET TRANSACTION READ ONLY right after such a
+// BEGIN, and the end of such a transaction before it reached any server.
 func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 	if len(ds) != 1 {
 		return false, nil
@@ -115,6 +115,17 @@ func (ss *session) answerLocally(b *batch, ds []*classified) (bool, error) {
 	case ss.deferred != "" && ss.txStatus() == 'E':
 		return true, ss.send(errorf(codeInFailedTx, "current transaction is aborted, commands ignored until end of transaction block"),
 			&pgproto3.ReadyForQuery{TxStatus: 'E'})
+	case st.SetsTx && ss.deferred != "" && d.Hints.None() && (ss.deferredRO || st.Tx == classify.TxSetReadOnly):
+		// SET TRANSACTION … READ ONLY first in a deferred block (pg_dump's
+		// BEGIN; SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ
+		// ONLY): it waits with the BEGIN, and the block is placed by the
+		// statement after it, as after BEGIN READ ONLY (a snapshot import
+		// or pg_export_snapshot: the primary; a read: a replica). The
+		// grammar's form cannot fail on a server before a query.
+		ss.waitIdle()
+		ss.deferred += "\n;" + d.text // (the newline ends a -- comment)
+		ss.deferredRO = true
+		return true, ss.sendTag("SET", 'T')
 	}
 	return false, nil
 }

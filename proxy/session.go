@@ -240,7 +240,7 @@ type session struct {
 	// to without a flush, more of them being buffered (flushHeld).
 	unflushed  *link
 	classified []*classified // analyze's records, reused unit after unit
-	deferred   string        // a BEGIN answered locally, not yet sent to a server (its text)
+	deferred   string        // a BEGIN answered locally (and SET TRANSACTION … READ ONLY after it), not yet sent to a server (its text)
 	// deferredRO: deferred opens a READ ONLY transaction, placed by its
 	// first statement (a read pins a replica).
 	deferredRO bool

@@ -408,7 +408,11 @@ type model struct {
 }
 
 type gen struct {
-	r     *rand.Rand
+	r *rand.Rand
+	// v picks among spellings of a statement r chose; a stream of its own,
+	// so that spellings added later leave the sequences of the committed
+	// seeds as they were.
+	v     *rand.Rand
 	f     FeatureSet
 	m     model
 	units []Unit
@@ -420,7 +424,7 @@ type gen struct {
 // Generate makes the sequence of seed. The same seed and features give the
 // same sequence.
 func Generate(seed uint64, f FeatureSet) Sequence {
-	g := &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), f: f}
+	g := &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), v: rand.New(rand.NewPCG(seed^0x5bd1e995, seed)), f: f}
 	g.m.named = map[string]stmt{}
 	g.m.portals = map[string]stmt{}
 	g.m.sqlPrep = map[string]bool{}
@@ -581,8 +585,10 @@ func (g *gen) txEffect(up string) {
 			g.m.inTx, g.m.failed = true, false
 			g.m.readOnly = strings.Contains(up, "READ ONLY")
 		}
-	case strings.HasPrefix(up, "SET TRANSACTION READ ONLY"):
+	case strings.HasPrefix(up, "SET TRANSACTION") && strings.HasSuffix(strings.TrimSuffix(up, ", DEFERRABLE"), "READ ONLY"):
 		g.m.readOnly = g.m.inTx
+	case up == "SET TRANSACTION READ WRITE":
+		g.m.readOnly = false
 	case strings.HasPrefix(up, "COMMIT"), strings.HasPrefix(up, "ROLLBACK TO"), strings.HasPrefix(up, "END"), strings.HasPrefix(up, "ABORT"), strings.HasPrefix(up, "ROLLBACK"):
 		if strings.HasPrefix(up, "ROLLBACK TO") {
 			g.m.failed = false
@@ -915,7 +921,15 @@ func (g *gen) txUnit() {
 			"COMMIT", "ROLLBACK", "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY"})
 		if sql == "BEGIN" && g.chance(0.3) {
 			g.add(g.simple(sql, ""))
-			sql = "SET TRANSACTION READ ONLY"
+			// (pg_dump's spelling among them; kineticd holds the SET
+			// with the BEGIN until the next statement places both.)
+			sql = pick(g.v, []string{"SET TRANSACTION READ ONLY", "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+				"SET TRANSACTION READ ONLY, DEFERRABLE", "SET TRANSACTION READ WRITE, READ ONLY"})
+		}
+		if sql == "BEGIN READ ONLY" && g.v.Float64() < 0.25 {
+			// Read-write after all: a transaction only the primary runs.
+			g.add(g.simple(sql, ""))
+			sql = "SET TRANSACTION READ WRITE"
 		}
 	case g.m.failed:
 		sql = pick(g.r, []string{"ROLLBACK", "ROLLBACK", "COMMIT", "SELECT 1", "ABORT"})

@@ -41,6 +41,14 @@ func portOf(t *testing.T, ctx context.Context, c *pgx.Conn, sql string, args ...
 	return port
 }
 
+// mustExec runs sql with the simple protocol (as psql and pg_dump do).
+func mustExec(t *testing.T, ctx context.Context, c *pgx.Conn, sql string) {
+	t.Helper()
+	if _, err := c.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
 func lastRoute(t *testing.T, ctx context.Context, c *pgx.Conn) string {
 	t.Helper()
 	var s string
@@ -304,6 +312,56 @@ func TestReadOnlyTransactionPlacedByItsFirstStatement(t *testing.T) {
 		}
 	}
 
+	// SET TRANSACTION … READ ONLY right after a plain BEGIN (pg_dump's
+	// opening) waits with it: the next statement places the block, on
+	// the primary when it must run there, on a replica when it is a read.
+	// READ WRITE set after BEGIN READ ONLY makes a transaction only the
+	// primary runs (a standby: 0A000).
+	for _, tc := range []struct {
+		script    []string
+		query     string
+		onPrimary bool
+		readOnly  string
+	}{
+		{[]string{"begin", "set transaction isolation level repeatable read, read only"}, "select true", false, "on"},
+		{[]string{"begin", "set transaction read only", "set transaction isolation level repeatable read"}, "select true", false, "on"},
+		{[]string{"begin read only", "set transaction read write"}, "select true", true, "off"},
+		{[]string{"begin read only", "set transaction_read_only = off"}, "select true", true, "off"},
+		// (READ WRITE anywhere: a standby fails at it even when READ ONLY
+		// follows; differential 17381810680918992214)
+		{[]string{"begin", "set transaction read write, read only"}, "select true", true, "on"},
+		{[]string{"begin read write, read only"}, "select true", true, "on"},
+		{[]string{"begin isolation level serializable", "set transaction read only"}, "select true", true, "on"},
+		// (last: its commit is a write the standbys may not have replayed yet)
+		{[]string{"begin", "set transaction isolation level repeatable read, read only"}, "select txid_current() > 0", true, "on"},
+	} {
+		for _, q := range tc.script {
+			tag, err := c.Exec(ctx, q, simple)
+			if err != nil || !strings.HasPrefix(strings.ToUpper(q), tag.String()) {
+				t.Fatalf("%v: %s: %q %v", tc.script, q, tag, err)
+			}
+		}
+		var ok bool
+		var port int
+		var iso string
+		if err := c.QueryRow(ctx, tc.query+", inet_server_port(), current_setting('transaction_isolation')", simple).Scan(&ok, &port, &iso); err != nil {
+			t.Fatalf("%v then %s: %v", tc.script, tc.query, err)
+		}
+		// (A query of transaction_read_only itself goes to the primary
+		// outside a transaction: a standby answers on whatever was set.)
+		ro := queryString(t, ctx, c, "select current_setting('transaction_read_only')")
+		if tc.onPrimary != (port == cl.Primary.Port) || !tc.onPrimary && !reps[port] || ro != tc.readOnly {
+			t.Fatalf("%v then %s: on %d with transaction_read_only %s; want on the primary (%d): %v, read only %s (last route: %s)",
+				tc.script, tc.query, port, ro, cl.Primary.Port, tc.onPrimary, tc.readOnly, lastRoute(t, ctx, c))
+		}
+		if strings.Contains(strings.Join(tc.script, ";"), "repeatable read") && iso != "repeatable read" {
+			t.Fatalf("%v: isolation %s", tc.script, iso)
+		}
+		if _, err := c.Exec(ctx, "commit", simple); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// txid_current() first: a transaction id is the primary's to give
 	// (on a standby: "cannot assign TransactionIds during recovery").
 	if _, err := c.Exec(ctx, "begin read only", simple); err != nil {
@@ -327,6 +385,66 @@ func TestReadOnlyTransactionPlacedByItsFirstStatement(t *testing.T) {
 	}
 	if c.PgConn().TxStatus() != 'I' {
 		t.Fatalf("status at the end %q", c.PgConn().TxStatus())
+	}
+}
+
+// TestSnapshotImportedWhereExported: a snapshot exported with
+// pg_export_snapshot() is importable only on its server; a transaction
+// importing it with SET TRANSACTION SNAPSHOT sees what the exporting one
+// sees, as directly, however both opened (pg_dump -j's workers: BEGIN;
+// SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET
+// TRANSACTION SNAPSHOT). Before, either could be placed on a standby, and
+// the import failed there with 22023 "invalid snapshot identifier".
+func TestSnapshotImportedWhereExported(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	ctx := ctxT(t, 60*time.Second)
+	direct := connect(t, ctx, cl.Primary.DSN(pgtest.SuperUser, "", pgtest.AppDB))
+	simple := pgx.QueryExecModeSimpleProtocol
+	mustExec(t, ctx, direct, "drop table if exists kinetic_snap; create table kinetic_snap (x int); insert into kinetic_snap values (1); grant select on kinetic_snap to app")
+	t.Cleanup(func() { _, _ = direct.Exec(context.Background(), "drop table if exists kinetic_snap") })
+	opens := [][]string{
+		{"begin", "set transaction isolation level repeatable read, read only"},
+		{"begin isolation level repeatable read read only"},
+		{"start transaction isolation level repeatable read, read only"},
+	}
+	for _, exporter := range opens {
+		e := connect(t, ctx, px.AppDSN())
+		for _, q := range exporter {
+			mustExec(t, ctx, e, q)
+		}
+		var id string
+		if err := e.QueryRow(ctx, "select pg_export_snapshot()", simple).Scan(&id); err != nil {
+			t.Fatalf("%v; pg_export_snapshot(): %v", exporter, err)
+		}
+		// A row committed after the export: no importer sees it.
+		mustExec(t, ctx, direct, "insert into kinetic_snap values (2)")
+		for _, importer := range opens {
+			for i := 0; i < 2; i++ { // (two standbys: either may be picked)
+				c := connect(t, ctx, px.AppDSN())
+				for _, q := range importer {
+					mustExec(t, ctx, c, q)
+				}
+				if _, err := c.Exec(ctx, "set transaction snapshot '"+id+"'", simple); err != nil {
+					t.Fatalf("exported after %v, imported after %v: %v", exporter, importer, err)
+				}
+				var n int
+				if err := c.QueryRow(ctx, "select count(*) from kinetic_snap", simple).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				var want int
+				if err := e.QueryRow(ctx, "select count(*) from kinetic_snap", simple).Scan(&want); err != nil {
+					t.Fatal(err)
+				}
+				if n != want {
+					t.Fatalf("exported after %v, imported after %v: the importer counts %d rows, the exporter %d", exporter, importer, n, want)
+				}
+				mustExec(t, ctx, c, "commit")
+				c.Close(ctx)
+			}
+		}
+		mustExec(t, ctx, e, "commit")
+		e.Close(ctx)
 	}
 }
 
