@@ -1339,6 +1339,7 @@ func (ss *session) beforeUnit() (stop bool, err error) {
 // session's record (portals, savepoints, AND CHAIN); stop means the unit
 // was answered here (a bad hint, a local command) or failed.
 func (ss *session) prepareUnit(b *batch, open, oversized bool) (u unitInfo, decisions []*classified, stop bool, err error) {
+	ss.client.unitNo++
 	u, decisions = ss.analyze(b, oversized)
 	u.restore = ss.restoreQuery(decisions)
 	ss.notePortalsEnd(b, u, open)

@@ -42,23 +42,44 @@ type kportal struct {
 	portalAge
 }
 
+// unitAge is the unit that made a portal or set a savepoint, counted two
+// ways: seq, the units sent to servers before it (unitSeq: it ended when a
+// server's ReadyForQuery 'I' answered a unit from it on, lastIdleDone), and
+// no, the units and batches with messages the proxy answers counted as
+// they are prepared (client.unitNo, prepareUnit and runWithLocal: it ended
+// when a unit from it on was routed that ends the transaction,
+// portalsEnd). A unit the proxy answers alone sends nothing, so seq alone
+// cannot tell a portal it made from one an earlier such unit ended
+// (differential 2797153498643118594: SHOW pg_kinetic.write_lsn, BEGIN, a
+// portal of RESET pg_kinetic.min_lsn: the portal was taken for ended, and
+// its Execute went to the server, 34000 where PostgreSQL answers 25P02).
+type unitAge struct {
+	seq uint64
+	no  uint64
+}
+
 // portalAge is when a portal was made: in which unit and under how many
 // of the client's savepoints (a ROLLBACK TO of one drops the portals made
 // since, a RELEASE hands them to the savepoint below).
 type portalAge struct {
-	seq uint64 // the unit (unitSeq) it was made in
-	sp  int    // len(client.savepoints) then
+	unitAge
+	sp int // len(client.savepoints) then
 }
 
 // clientSavepoint is a savepoint of the client's transaction.
 type clientSavepoint struct {
 	name string
-	seq  uint64 // the unit (unitSeq) that set it
+	unitAge
+}
+
+// unitAgeNow is the age of what the messages being handled make.
+func (ss *session) unitAgeNow() unitAge {
+	return unitAge{seq: ss.unitSeqNow(), no: ss.client.unitNo}
 }
 
 // portalAgeNow is the age of a portal made by the messages being handled.
 func (ss *session) portalAgeNow() portalAge {
-	return portalAge{seq: ss.unitSeqNow(), sp: len(ss.client.savepoints)}
+	return portalAge{unitAge: ss.unitAgeNow(), sp: len(ss.client.savepoints)}
 }
 
 // noteSavepointLocked follows a savepoint command of the client's, as its
@@ -75,7 +96,7 @@ func (ss *session) noteSavepointLocked(sp classify.Savepoint) {
 	c := &ss.client
 	if sp.Op == classify.SavepointSet {
 		if ss.mu.pending > 0 || ss.mu.tx != 'E' {
-			c.savepoints = append(c.savepoints, clientSavepoint{name: sp.Name, seq: ss.mu.unitSeq})
+			c.savepoints = append(c.savepoints, clientSavepoint{name: sp.Name, unitAge: unitAge{seq: ss.mu.unitSeq, no: c.unitNo}})
 		}
 		return
 	}
@@ -327,13 +348,13 @@ func (ss *session) pruneEndedPortals() {
 		return
 	}
 	ss.mu.Lock()
-	ended, idle := max(ss.mu.lastIdleDone, ss.client.portalsEnd), ss.idleLocked() && !ss.client.localOpen
+	idleDone, idle := ss.mu.lastIdleDone, ss.idleLocked() && !ss.client.localOpen
 	ss.mu.Unlock()
-	gone := func(seq uint64) bool { return idle || seq < ended }
-	maps.DeleteFunc(c.kportals, func(_ string, p kportal) bool { return gone(p.seq) })
-	maps.DeleteFunc(c.srvPortals, func(_ string, p portalAge) bool { return gone(p.seq) })
-	maps.DeleteFunc(c.exitPortals, func(_ string, p portalExit) bool { return gone(p.seq) })
-	c.savepoints = slices.DeleteFunc(c.savepoints, func(sp clientSavepoint) bool { return gone(sp.seq) })
+	gone := func(a unitAge) bool { return idle || a.seq < idleDone || a.no < c.portalsEnd }
+	maps.DeleteFunc(c.kportals, func(_ string, p kportal) bool { return gone(p.unitAge) })
+	maps.DeleteFunc(c.srvPortals, func(_ string, p portalAge) bool { return gone(p.unitAge) })
+	maps.DeleteFunc(c.exitPortals, func(_ string, p portalExit) bool { return gone(p.unitAge) })
+	c.savepoints = slices.DeleteFunc(c.savepoints, func(sp clientSavepoint) bool { return gone(sp.unitAge) })
 }
 
 // localPlanner follows the names a batch defines, in order, for
@@ -446,6 +467,7 @@ func (lp *localPlanner) bind(i int, body []byte) (local bool) {
 // the client's messages up to its Sync are to be dropped (a local error in
 // an open batch, as the server skips them after an error).
 func (ss *session) runWithLocal(b *batch, plan *localSplit, l *link) (open *link, skip bool, err error) {
+	ss.client.unitNo++ // (its server part, if any, counts once more: prepareUnit)
 	term := b.msgs[len(b.msgs)-1].typ
 	end := len(b.msgs)
 	if term == 'S' || term == 'H' {
@@ -961,7 +983,7 @@ func (ss *session) notePortalsEnd(b *batch, u unitInfo, open bool) {
 		// (AND CHAIN: the block goes on, but the transaction that made
 		// the portals of the units before ended; differential
 		// 997645668052297296, a portal bound again after it got 42P03.)
-		ss.client.portalsEnd = ss.mu.unitSeq + 1
+		ss.client.portalsEnd = ss.client.unitNo + 1
 	}
 }
 

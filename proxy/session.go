@@ -41,9 +41,13 @@ type clientStatements struct {
 	// as its units are routed (noteSavepointLocked): the portals made
 	// since one go when it is rolled back to.
 	savepoints []clientSavepoint
-	// portalsEnd: the portals of units before it end with a unit already
-	// routed (a COMMIT, ROLLBACK or an implicit transaction's Sync not yet
-	// answered: a pipeline); predOpen: a routed unit opened a block.
+	// unitNo numbers the client's units as they are prepared, those the
+	// proxy answers alone too (unitAge).
+	unitNo uint64
+	// portalsEnd: the portals of units (unitNo) before it end with a unit
+	// already routed (a COMMIT, ROLLBACK or an implicit transaction's Sync
+	// not yet answered: a pipeline); predOpen: a routed unit opened a
+	// block.
 	portalsEnd uint64
 	predOpen   bool
 	// localOpen: a batch the proxy answered alone ended with Flush, so

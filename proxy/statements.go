@@ -914,11 +914,10 @@ func mayExitText(q string) bool {
 }
 
 // portalExit is what session.exitPortals knows of a portal: whether its
-// statement ends a failed transaction, and the unit (unitSeq) that made
-// it.
+// statement ends a failed transaction, and the unit that made it.
 type portalExit struct {
 	exit bool
-	seq  uint64
+	unitAge
 }
 
 // statementText is the text of the client's statement name as it Parsed
@@ -1627,7 +1626,7 @@ func (ss *session) trackBind(body []byte) {
 				ss.client.exitPortals = map[string]portalExit{}
 			}
 			text, ok := ss.statementText(stmt)
-			ss.client.exitPortals[portal] = portalExit{exit: !ok || mayExitText(text), seq: ss.unitSeqNow()}
+			ss.client.exitPortals[portal] = portalExit{exit: !ok || mayExitText(text), unitAge: ss.unitAgeNow()}
 		}
 	}
 	// The statement it uses was prepared ahead (injectStatements):

@@ -461,6 +461,21 @@
 //     passes. The harness's pool (12) and acquire timeout (10 s) equal
 //     that wait: a pool exhausted for a moment under the widened delays
 //     would look so. Not explained; not a regression seed.
+//   - 2026-12-07, third session, with SET TRANSACTION spellings drawn
+//     from a stream of their own (6232dc4's generator): 1207071, 8,000 a
+//     mode, before 6232dc4's proxy change: 0 / 25 / 0 / 25, all 25P02
+//     where PostgreSQL answers: BEGIN then SET TRANSACTION READ WRITE,
+//     READ ONLY, held with the BEGIN and placed on a standby, which fails
+//     at READ WRITE; the failure was swallowed with the held text
+//     (17381810680918992214; READ WRITE anywhere now opens on the
+//     primary, a regression seed). After it: 0 / 1 / 0 / 1, pre-existing
+//     and deterministic: a portal the proxy answers itself, bound after a
+//     SHOW pg_kinetic.* and a deferred BEGIN (units answered by the proxy
+//     alone), was taken for one ended with the SHOW's implicit
+//     transaction; its Execute in the block, failed meanwhile, went to
+//     the server: 34000 where PostgreSQL answers 25P02
+//     (2797153498643118594; portal ages count every unit now, unitAge, a
+//     regression seed). 1207072, 8,000 a mode, after both: 0 / 0 / 0 / 0.
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
