@@ -1,5 +1,5 @@
-// Package conformance runs the own test suites of two Go drivers, pgx and
-// lib/pq, through kineticd: a client that cannot tell kineticd from
+// Package conformance runs the own test suites of three Go drivers, pgx,
+// lib/pq and bun's pgdriver, through kineticd: a client that cannot tell kineticd from
 // PostgreSQL passes its driver's tests through it exactly as it does
 // directly.
 //
@@ -55,6 +55,18 @@
 // trust its CI's pg_hba.conf gives every other role), fail directly and so
 // are not compared.
 //
+// TestBunSuite does the same with bun's pgdriver (github.com/uptrace/bun/
+// driver/pgdriver, pinned: bunVersion in bun_test.go), a database/sql
+// driver with protocol code of its own, on a cluster of two standbys: a
+// role bun and a database bun recreated before every target, the tests
+// pointed at a target by the one DSN they read (PG). Its go.mod replaces
+// bun with the repository's own directory (../..), which a module from the
+// proxy does not have: buildModule drops such replaces and builds with the
+// required version. Its suite is small (16 tests, about 4 s a target):
+// cancellation by CancelRequest under load, statement_timeout, a startup
+// parameter, and transactions opened at every isolation level, read only
+// and not.
+//
 // Results come from go tool test2json (the binaries run with
 // -test.v=test2json and -test.timeout=8m). Only top-level tests count; a
 // subtest's failure is its parent's. A test still running when the timeout
@@ -96,7 +108,8 @@
 // The baseline (direct) always runs; -run selects the kineticd targets
 // (go test splits its pattern at slashes, so match a target's two parts
 // separately), and KINETIC_CONFORMANCE_PGX_RUN is passed to pgx's binaries
-// as -test.run (KINETIC_CONFORMANCE_PQ_RUN to lib/pq's):
+// as -test.run (KINETIC_CONFORMANCE_PQ_RUN to lib/pq's,
+// KINETIC_CONFORMANCE_BUN_RUN to pgdriver's):
 //
 //	# one target
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run 'TestPgxSuite/transaction/routed' ./test/conformance/
@@ -107,8 +120,9 @@
 //	KINETIC_CONFORMANCE=1 KINETIC_CONFORMANCE_PGX_RUN='^TestFatalTxError$' go test -count=1 -v ./test/conformance/
 //	# only the baseline
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run 'TestPgxSuite/none' ./test/conformance/
-//	# lib/pq's suite alone (about a minute)
+//	# lib/pq's suite alone (about a minute); bun's pgdriver's (half a minute)
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestPqSuite ./test/conformance/
+//	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestBunSuite ./test/conformance/
 //
 // The table has only each failure's first error line. With
 // KINETIC_CONFORMANCE_OUT=DIR the raw test2json stream of every binary and

@@ -81,6 +81,7 @@ func buildModule(t *testing.T, module, version string, pkgs []pkgDir) (bins []bi
 	if err := os.CopyFS(src, os.DirFS(mod.Dir)); err != nil {
 		t.Fatalf("copying %s: %v", mod.Dir, err)
 	}
+	dropLocalReplaces(t, goBin, src)
 	binDir := t.TempDir()
 	args := []string{"test", "-c", "-trimpath", "-o", binDir + "/"}
 	if len(pkgs) == 1 {
@@ -95,7 +96,8 @@ func buildModule(t *testing.T, module, version string, pkgs []pkgDir) (bins []bi
 	// The driver is its own main module here: no workspace, and none of
 	// our flags (a -mod=vendor of the caller's would break it). Its
 	// dependencies come through the module proxy on first use.
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
+	// (-mod=mod: go.sum gains what a dropped replace leaves it without.)
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false -mod=mod")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), src, err, out)
 	}
@@ -440,4 +442,40 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// dropLocalReplaces removes from the go.mod in dir the replace directives
+// that point into the module's own repository (bun's pgdriver replaces bun
+// with ../..): a module taken from the module proxy has no such
+// directories, so the required version is used, as for any importer.
+func dropLocalReplaces(t *testing.T, goBin, dir string) {
+	t.Helper()
+	cmd := exec.Command(goBin, "mod", "edit", "-json")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go mod edit -json in %s: %v", dir, err)
+	}
+	var mod struct {
+		Replace []struct {
+			Old, New struct{ Path, Version string }
+		}
+	}
+	if err := json.Unmarshal(out, &mod); err != nil {
+		t.Fatalf("go mod edit -json in %s: %v", dir, err)
+	}
+	for _, r := range mod.Replace {
+		if !strings.HasPrefix(r.New.Path, ".") {
+			continue
+		}
+		old := r.Old.Path
+		if r.Old.Version != "" {
+			old += "@" + r.Old.Version
+		}
+		cmd := exec.Command(goBin, "mod", "edit", "-dropreplace", old)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go mod edit -dropreplace %s in %s: %v\n%s", old, dir, err, out)
+		}
+	}
 }
