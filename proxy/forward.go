@@ -2469,10 +2469,20 @@ func (ss *session) recordEffects(ds []*classified) {
 	for _, dec := range ds {
 		n += len(dec.Statements)
 	}
+	// failed: the unit begins in a failed transaction block (known: no
+	// unit is pending), where a COMMIT rolls back (its tag is ROLLBACK) and
+	// must count as one: a COMMIT after it in the same batch, outside any
+	// block now, answers COMMIT, and was taken for the end of the failed
+	// block, whose SETs were then kept (differential 5658341513511382388).
+	failed := ss.mu.tx == 'E' && ss.mu.pending == 0
 	for _, dec := range ds {
 		for _, st := range dec.Statements {
 			if st.Tx == classify.TxEnd && st.Effect == classify.EffectNone {
-				ss.mu.effects = append(ss.mu.effects, effect{commit: !st.Rollback, rollback: st.Rollback, seq: ss.mu.unitSeq})
+				commit := !st.Rollback && !failed
+				ss.mu.effects = append(ss.mu.effects, effect{commit: commit, rollback: !commit, seq: ss.mu.unitSeq})
+			}
+			if st.Tx == classify.TxEnd || st.Tx == classify.TxSavepoint && st.Savepoint.Op == classify.SavepointRollback {
+				failed = false // (ended, or back at a savepoint: it goes on)
 			}
 			if st.Tx == classify.TxSavepoint {
 				ss.mu.effects = append(ss.mu.effects, effect{savepoint: st.Savepoint, alone: n == 1, seq: ss.mu.unitSeq})

@@ -476,6 +476,17 @@
 //     the server: 34000 where PostgreSQL answers 25P02
 //     (2797153498643118594; portal ages count every unit now, unitAge, a
 //     regression seed). 1207072, 8,000 a mode, after both: 0 / 0 / 0 / 0.
+//     1207073 with +flushsync, 8,000 a mode: 0 / 0 / 1 / 1, in
+//     transaction pooling, pre-existing, in about one full run of two
+//     (never alone): a SET of a block that failed was kept when the batch
+//     ending the block went on after its COMMIT (a second COMMIT, outside
+//     any block, answered COMMIT and was matched with the first, which had
+//     rolled back); a pooled connection made the session's again later got
+//     application_name 'diff b' where PostgreSQL has 'diff', and the
+//     client's own SET of it went unreported (5658341513511382388; a COMMIT
+//     in a failed block is recorded as the ROLLBACK it is now; e2e
+//     TestFailedBlockEndedInABatch shows it deterministically, so not a
+//     regression seed). After it, twice: 0 in transaction pooling.
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode

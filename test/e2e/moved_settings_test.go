@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
@@ -57,4 +59,58 @@ func TestMovedSetUndoneOnPooledPrimary(t *testing.T) {
 	c.send(&pgproto3.Query{String: "/* pg-kinetic: primary */ select current_setting('application_name')"})
 	c.want(4, "RowDescription D:moved C:SELECT 1 Z:I")
 	c.close()
+}
+
+// TestFailedBlockEndedInABatch: a batch that ends a failed transaction
+// block and goes on (two COMMITs, as a driver's batch or pipeline sends
+// them). PostgreSQL answers the first ROLLBACK, the second COMMIT
+// (outside any block, with a warning): the block's SETs are undone. The
+// proxy matched the second COMMIT's tag with the first COMMIT and kept
+// them, so a server connection made the session's later was given
+// application_name 'diff b' where PostgreSQL has 'diff' (differential
+// 5658341513511382388, in transaction pooling: the client's own SET of it
+// later went unreported, the server's value being that already). And a
+// ROLLBACK TO SAVEPOINT before the COMMIT makes the block whole again: that
+// COMMIT commits. Transaction pooling with one server connection, which
+// another client's SET takes over in between: the session's settings are
+// made again from what the proxy recorded.
+func TestFailedBlockEndedInABatch(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: 1, AcquireTimeout: 5000})
+	simple := pgx.QueryExecModeSimpleProtocol
+	for _, tc := range []struct {
+		name   string
+		script []string // the last fails, and fails the block
+		batch  []string // one batch, one Sync
+		want   string   // work_mem, application_name afterwards
+	}{
+		{"commit, commit", []string{"begin", "set work_mem = '7MB'", "select 1/0; set application_name = 'diff b'"}, []string{"commit", "commit"}, "4MB diff"},
+		{"rollback to savepoint, commit, commit", []string{"begin", "set work_mem = '9MB'", "savepoint a", "set application_name = 'diff b'; select 1/0"},
+			[]string{"rollback to savepoint a", "commit", "commit"}, "9MB diff"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := connect(t, ctx, px.AppDSN()+"&application_name=diff&work_mem=4MB")
+			for i, q := range tc.script {
+				if _, err := c.Exec(ctx, q, simple); (err != nil) != (i == len(tc.script)-1) {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			b := &pgconn.Batch{}
+			for _, q := range tc.batch {
+				b.ExecParams(q, nil, nil, nil, nil)
+			}
+			if _, err := c.PgConn().ExecBatch(ctx, b).ReadAll(); err != nil {
+				t.Fatal(err)
+			}
+			// Another client's settings on the one server connection.
+			d := connect(t, ctx, px.AppDSN())
+			mustExec(t, ctx, d, "set application_name = 'other'; set work_mem = '5MB'")
+			got := queryString(t, ctx, c, "select current_setting('work_mem') || ' ' || current_setting('application_name')")
+			if got != tc.want || c.PgConn().ParameterStatus("application_name") != "diff" {
+				t.Fatalf("work_mem and application_name after the batch: %q (client told %q), PostgreSQL has %q",
+					got, c.PgConn().ParameterStatus("application_name"), tc.want)
+			}
+		})
+	}
 }
