@@ -514,6 +514,20 @@ func (ss *session) runWithLocal(b *batch, plan *localSplit, l *link) (open *link
 			return nil, false, err
 		}
 	}
+	if !r.failed && term != 'S' && ended < len(plan.blockEnds) && len(ss.client.kportals) > 0 {
+		// A COMMIT or ROLLBACK after the last message answered here, and
+		// no Sync: the implicit transaction goes on, but the portals made
+		// before it are gone once it ran, on the server and here
+		// (differential 2841039418419940571: a portal of the proxy's,
+		// then COMMIT, then Flush; a Bind into its name in the next batch
+		// got the proxy's 42P03 where PostgreSQL binds).
+		if err := r.settle(); err != nil {
+			return nil, false, err
+		}
+		if !r.failed {
+			clear(ss.client.kportals)
+		}
+	}
 	return ss.endLocalBatch(term, r.l, r.failed)
 }
 

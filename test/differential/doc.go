@@ -487,6 +487,13 @@
 //     in a failed block is recorded as the ROLLBACK it is now; e2e
 //     TestFailedBlockEndedInABatch shows it deterministically, so not a
 //     regression seed). After it, twice: 0 in transaction pooling.
+//     1207074 with +flushsync, 8,000 a mode: 0 / 0 / 0 / 0. 1207075
+//     widened, 3,000 a mode: 1 / in session pooling, routing off,
+//     deterministic and pre-existing: a portal of the proxy's made in an
+//     open batch before a COMMIT, then Flush, outlived the COMMIT (42P03 on
+//     the next Bind into its name where PostgreSQL binds;
+//     2841039418419940571 keep=0,1,2, fixed in runWithLocal, a regression
+//     seed).
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
