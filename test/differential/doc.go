@@ -494,6 +494,16 @@
 //     the next Bind into its name where PostgreSQL binds;
 //     2841039418419940571 keep=0,1,2, fixed in runWithLocal, a regression
 //     seed).
+//     1207076 widened with +flushsync, 3,000 a mode, after that fix:
+//     0 / 1 / 0 / 1, the same sequence in both routed modes, deterministic and
+//     pre-existing, a documented deviation, not a regression seed
+//     (16085799062053696390): a named statement parsed in a unit that
+//     moved from a replica to the primary was prepared on the primary only
+//     when a later block bound it, after a suspended portal of an UPDATE …
+//     RETURNING; the proxy's Parse advanced the command counter, and the
+//     statement updated rows PostgreSQL's same-command rule hides
+//     (docs/behaviour.md, "A statement prepared again advances the command
+//     counter").
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
