@@ -58,16 +58,7 @@ func TestBunSuite(t *testing.T) {
 	t.Logf("bun pgdriver %s conformance of kineticd %s, %v in all:\n%s", bunVersion, kineticd, time.Since(begin).Round(time.Second), table(reps))
 }
 
-// resetBunDB recreates pgdriver's database for every target and waits
-// until the replicas have it.
+// resetBunDB recreates pgdriver's database for every target.
 func resetBunDB(t *testing.T, ctx context.Context, c *pgtest.Cluster) {
-	t.Helper()
-	for _, sql := range []string{"DROP DATABASE IF EXISTS " + bunDB + " WITH (FORCE)", "CREATE DATABASE " + bunDB + " OWNER " + bunUser} {
-		if err := c.Primary.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.WaitReplicated(ctx); err != nil {
-		t.Fatal(err)
-	}
+	recreateDB(t, ctx, c, bunDB, bunUser)
 }

@@ -92,10 +92,16 @@ func setupPq(t *testing.T, ctx context.Context, c *pgtest.Cluster) {
 }
 
 // resetPqDB recreates lib/pq's database for every target and waits until
-// the replica has it.
+// the replicas have it.
 func resetPqDB(t *testing.T, ctx context.Context, c *pgtest.Cluster) {
+	recreateDB(t, ctx, c, pqDB, pqUser)
+}
+
+// recreateDB drops database db (ending its sessions) and creates it again
+// owned by owner, then waits until the replicas have it.
+func recreateDB(t *testing.T, ctx context.Context, c *pgtest.Cluster, db, owner string) {
 	t.Helper()
-	for _, sql := range []string{"DROP DATABASE IF EXISTS " + pqDB + " WITH (FORCE)", "CREATE DATABASE " + pqDB + " OWNER " + pqUser} {
+	for _, sql := range []string{"DROP DATABASE IF EXISTS " + db + " WITH (FORCE)", "CREATE DATABASE " + db + " OWNER " + owner} {
 		if err := c.Primary.Exec(ctx, sql); err != nil {
 			t.Fatal(err)
 		}
