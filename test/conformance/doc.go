@@ -48,7 +48,12 @@
 // its defaults: localhost, pqgo, pqgo, disable), and pqgo's password comes
 // from a ~/.pgpass in a HOME of the run's own. Its binary runs twice per
 // target, as in its CI: with text parameters (package "pq") and with
-// PQTEST_BINARY_PARAMETERS=yes ("pq-binary"). Three examples that dial a
+// PQTEST_BINARY_PARAMETERS=yes ("pq-binary"); its TestPing runs on its own
+// after each ("pq-ping", "pq-binary-ping"): it terminates the backend
+// pg_backend_pid() names, in transaction pooling a pooled connection
+// (deviation (b)) that another test's transaction may be using at that
+// moment, which then failed with it (TestTxOptions, about one run in
+// four). Three examples that dial a
 // host named postgres or port 5432 whatever the variables say, and end the
 // binary with log.Fatal, are skipped everywhere. Its TLS and
 // client-certificate tests, and TestAuth (whose unknown role expects the

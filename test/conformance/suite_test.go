@@ -39,9 +39,11 @@ type binary struct {
 	path string // the executable
 	dir  string // the package's directory in the copied module (its tests' working directory)
 	// env is added to the target's variables for this run (lib/pq's
-	// PQTEST_BINARY_PARAMETERS); skip is its -test.skip.
+	// PQTEST_BINARY_PARAMETERS); skip is its -test.skip; run, when set, is
+	// its -test.run in place of the suite's (a test run on its own).
 	env  []string
 	skip string
+	run  string
 }
 
 // pkgDir is one package of a driver's module whose tests run: its short
@@ -184,6 +186,9 @@ func runSuite(ctx context.Context, b binary, env []string, runPattern string, ke
 	}
 	args := []string{"tool", "test2json", "-t", "-p", b.pkg, b.path,
 		"-test.v=test2json", "-test.count=1", "-test.timeout=" + suiteTimeout.String()}
+	if b.run != "" {
+		runPattern = b.run
+	}
 	if runPattern != "" {
 		args = append(args, "-test.run="+runPattern)
 	}
