@@ -315,6 +315,41 @@ func (p *PGProber) Position(ctx context.Context, addr string) (lsn uint64, timel
 	return lsn, timeline, err
 }
 
+// flushSQL makes a primary write out its WAL up to at least a position
+// (%d, in bytes) when it has not yet: WAL written without a transaction
+// ID (VACUUM's, a read's page pruning) or by a commit with
+// synchronous_commit = off stays in the primary's buffers until its WAL
+// writer writes it, 200 ms to 600 ms later by default, and no standby can
+// replay it before. A transaction that writes WAL and has an ID is flushed
+// at commit, with all WAL before it; pg_logical_emit_message(true, …)
+// makes one with a record that standbys replay as nothing, and
+// synchronous_commit = local (for this transaction only) flushes it
+// whatever the server's default, without waiting for synchronous
+// standbys. CASE evaluates its branches in order: nothing is written when
+// the WAL is flushed already. The answer is the message's position, or
+// NULL when nothing was needed.
+const flushSQL = `select case when pg_current_wal_flush_lsn() - '0/0' >= %d then null
+  when set_config('synchronous_commit', 'local', true) = '' then null
+  else pg_logical_emit_message(true, 'pg_kinetic', '') - '0/0' end`
+
+// FlushTo makes the primary at addr flush its WAL up to lsn at least
+// (flushSQL); it reports whether that took a write (false: it was flushed
+// already). Like Probe it keeps its connection between calls.
+func (p *PGProber) FlushTo(ctx context.Context, addr string, lsn uint64) (wrote bool, err error) {
+	err = p.run(ctx, addr, func(conn *pool.Conn) error {
+		rows, err := conn.Query(ctx, fmt.Sprintf(flushSQL, lsn))
+		if err != nil {
+			return err
+		}
+		if len(rows) != 1 || len(rows[0]) != 1 {
+			return errors.New("flush: unexpected result shape")
+		}
+		wrote = rows[0][0] != nil
+		return nil
+	})
+	return wrote, err
+}
+
 // replaySQL reads a standby's replay position in bytes, its timeline
 // (as the probe does) and start time; it answers nothing useful off a
 // standby (pg_is_in_recovery() false).

@@ -346,3 +346,62 @@ func TestPGProberPosition(t *testing.T) {
 		t.Fatal("a standby gave a primary position")
 	}
 }
+
+// TestPGProberFlushTo: FlushTo writes nothing when the primary's WAL is
+// flushed up to the position asked for already; when it is not (VACUUM's
+// WAL, with the WAL writer asleep for 10 s), it flushes it, and a standby
+// replays past the position before the WAL writer would have woken.
+func TestPGProberFlushTo(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	c := pgtest.New(t, pgtest.Options{Standbys: 1, Conf: "wal_writer_delay = 10s"})
+	ctx := ctxT(t, time.Minute)
+	p := health.NewPGProber(pgtest.AppUser, pgtest.AppPassword, pgtest.AppDB, "disable")
+	t.Cleanup(p.Close)
+	lsnOf := func(sql string) uint64 {
+		t.Helper()
+		s, err := c.Primary.QueryString(ctx, sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	flushed := lsnOf("select (pg_current_wal_flush_lsn() - '0/0')::text")
+	if wrote, err := p.FlushTo(ctx, c.Primary.Addr(), flushed); err != nil || wrote {
+		t.Fatalf("FlushTo a flushed position: wrote %v, %v; want nothing written", wrote, err)
+	}
+	if err := c.Primary.Exec(ctx, "create table flushto (k int); insert into flushto select generate_series(1, 500); delete from flushto where k < 500"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Primary.Exec(ctx, "vacuum flushto"); err != nil {
+		t.Fatal(err)
+	}
+	insert := lsnOf("select (pg_current_wal_insert_lsn() - '0/0')::text")
+	if flushed := lsnOf("select (pg_current_wal_flush_lsn() - '0/0')::text"); flushed >= insert {
+		t.Fatalf("VACUUM's WAL flushed already (%d >= %d): nothing to test", flushed, insert)
+	}
+	wrote, err := p.FlushTo(ctx, c.Primary.Addr(), insert)
+	if err != nil || !wrote {
+		t.Fatalf("FlushTo an unflushed position: wrote %v, %v; want a write", wrote, err)
+	}
+	if flushed := lsnOf("select (pg_current_wal_flush_lsn() - '0/0')::text"); flushed < insert {
+		t.Fatalf("flushed to %d after FlushTo(%d)", flushed, insert)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s, err := c.Standbys[0].QueryString(ctx, "select (pg_last_wal_replay_lsn() - '0/0')::text")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := strconv.ParseUint(s, 10, 64); n >= insert {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the standby replayed to %s, not past %d, 5 s after the flush", s, insert)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

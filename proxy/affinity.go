@@ -322,11 +322,6 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (changed bool) {
 	if r == nil {
 		return false
 	}
-	type answer struct {
-		addr string
-		tok  freshness.Token
-		err  error
-	}
 	ask := map[string]bool{}
 	ss.mu.Lock()
 	for _, s := range ss.mu.fresh.seen {
@@ -337,6 +332,38 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (changed bool) {
 		if !c.eligible && c.reason == reasonReadYourWrites {
 			ask[c.addr] = true
 		}
+	}
+	changed, reached, behind := ss.askReplicas(r, ask, req, time.Now().Add(replayWait))
+	if reached || !behind {
+		return changed
+	}
+	// Still behind: when the WAL the floor needs is not written out on the
+	// primary yet, no standby can have it; have the primary write it, and
+	// ask again while it reaches them (a few milliseconds on a LAN).
+	if !ss.flushPrimary(r, req.Floor) {
+		return changed
+	}
+	deadline := time.Now().Add(replayWait)
+	for pause := time.Millisecond; ; pause *= 3 {
+		time.Sleep(pause)
+		again, reached, behind := ss.askReplicas(r, ask, req, deadline)
+		changed = changed || again
+		if reached || !behind || time.Now().Add(pause).After(deadline) {
+			return changed
+		}
+	}
+}
+
+// askReplicas is refreshReplicas' reading of the replay positions of the
+// replicas in ask, until deadline at the latest. changed is
+// refreshReplicas' answer; reached reports whether one of them answered
+// at or past the floor, behind whether one answered on the floor's
+// timeline below it (so writing the primary's WAL out may help).
+func (ss *session) askReplicas(r *routeRuntime, ask map[string]bool, req freshness.Requirement, deadline time.Time) (changed, reached, behind bool) {
+	type answer struct {
+		addr string
+		tok  freshness.Token
+		err  error
 	}
 	asked, before := time.Now(), ss.snapshot()
 	ch := make(chan answer, len(ask))
@@ -349,14 +376,14 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (changed bool) {
 		rd.Request(func(tok freshness.Token, err error) { ch <- answer{addr, tok, err} })
 		n++
 	}
-	timer := time.NewTimer(replayWait)
+	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	for ; n > 0; n-- {
 		var a answer
 		select {
 		case a = <-ch:
 		case <-timer.C:
-			return changed
+			return changed, reached, behind
 		}
 		if a.err != nil {
 			continue
@@ -372,8 +399,12 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (changed bool) {
 			started = time.Time{}
 		}
 		ss.srv.observe(a.addr, a.tok, started)
-		if !req.Floor.IsZero() && a.tok.Timeline == req.Floor.Timeline && a.tok.LSN >= req.Floor.LSN {
-			changed = true
+		if !req.Floor.IsZero() && a.tok.Timeline == req.Floor.Timeline {
+			if a.tok.LSN >= req.Floor.LSN {
+				changed, reached = true, true
+			} else {
+				behind = true
+			}
 		}
 		ss.mu.Lock()
 		kept := ss.mu.fresh.seen[:0]
@@ -388,7 +419,28 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (changed bool) {
 		ss.mu.fresh.seen = kept
 		ss.mu.Unlock()
 	}
-	return changed
+	return changed, reached, behind
+}
+
+// flushPrimary has the route's primary write its WAL out up to floor when
+// it has not yet (the route's flusher, shared by the sessions: one query
+// in flight at most, none while no read is held back). It waits at most
+// replayWait, and reports whether the primary had to write (so the
+// replicas may now catch up with floor).
+func (ss *session) flushPrimary(r *routeRuntime, floor freshness.Token) bool {
+	if r.flusher == nil || floor.IsZero() {
+		return false
+	}
+	for want := uint64(floor.LSN); ; {
+		cur := r.flushWant.Load()
+		if cur >= want || r.flushWant.CompareAndSwap(cur, want) {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), replayWait)
+	defer cancel()
+	tok, err := r.flusher.Read(ctx)
+	return err == nil && !tok.IsZero()
 }
 
 // startedIn is the start time snap shows for server addr (zero: unknown).

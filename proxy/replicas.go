@@ -45,6 +45,13 @@ type routeRuntime struct {
 	checker *health.Checker
 	reader  *freshness.Reader
 	replays map[string]*freshness.Reader
+	// flusher makes the elected primary flush its WAL up to flushWant
+	// (the highest position asked for since its last query), for a read
+	// held back by WAL the primary has not written out yet
+	// (flushPrimary); its answer is the position of what it wrote, zero
+	// when nothing was needed.
+	flusher   *freshness.Reader
+	flushWant *atomic.Uint64
 	// fallbacks counts reads fallen back to the primary and still
 	// running (max_primary_fallback_inflight); decisions counts route
 	// decisions by class and target (SHOW ROUTES, SHOW STATS).
@@ -131,8 +138,11 @@ func newRouting(cfg *config.Config, log *zap.Logger, onDown func(addr string), p
 			Elections:      prev.route(rt.Name).elections(),
 		})
 		positions := health.NewPGProberWith(probeCred, cfg.Server.BackendTLSMode).Named("pg-kinetic position")
-		r.probers = append(r.probers, prober, positions)
-		run.startReaders(readersCtx, rt, positions)
+		// (The flusher's connection is its own: sharing the position
+		// reader's, either would log in afresh whenever both ran at once.)
+		flushes := health.NewPGProberWith(probeCred, cfg.Server.BackendTLSMode).Named("pg-kinetic flush")
+		r.probers = append(r.probers, prober, positions, flushes)
+		run.startReaders(readersCtx, rt, positions, flushes)
 	}
 	return r
 }
@@ -169,8 +179,8 @@ func probeCredentials(cfg *config.Config, rt *config.Route, backend func(*config
 
 // startReaders starts the route's position readers (positions logs them
 // in): the elected primary's WAL position, and each server's replay
-// position, until ctx ends.
-func (run *routeRuntime) startReaders(ctx context.Context, rt *config.Route, positions *health.PGProber) {
+// position, until ctx ends; and its flusher (flushes logs it in).
+func (run *routeRuntime) startReaders(ctx context.Context, rt *config.Route, positions, flushes *health.PGProber) {
 	timeout, checker := rt.HA.HealthTimeout(), run.checker
 	run.reader = freshness.NewReader(ctx, func(ctx context.Context) (freshness.Token, error) {
 		// The elected primary's position (failover.go): read where the
@@ -183,6 +193,28 @@ func (run *routeRuntime) startReaders(ctx context.Context, rt *config.Route, pos
 		defer cancel()
 		lsn, tli, err := positions.Position(ctx, primary)
 		return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, err
+	})
+	run.flushWant = new(atomic.Uint64)
+	run.flusher = freshness.NewReader(ctx, func(ctx context.Context) (freshness.Token, error) {
+		primary, why := primaryOf(rt, checker.Snapshot())
+		if primary == "" {
+			return freshness.Token{}, errors.New(why)
+		}
+		// Every request raised flushWant before it was made, and is
+		// served by a query begun after it: this one, or a later one
+		// when this one took its position before the request raised it
+		// (then this one flushed up to it first).
+		want := run.flushWant.Swap(0)
+		if want == 0 {
+			return freshness.Token{}, nil
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		wrote, err := flushes.FlushTo(ctx, primary, want)
+		if err != nil || !wrote {
+			return freshness.Token{}, err
+		}
+		return freshness.Token{LSN: freshness.LSN(want)}, nil
 	})
 	for _, rep := range routeServers(rt) { // the configured primary too: it may be demoted
 		addr := rep.Address

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -135,5 +136,56 @@ func TestChaosPositionReaderCut(t *testing.T) {
 	}
 	if onReplica == 0 {
 		t.Fatal("no read reached the replica")
+	}
+}
+
+// TestReadAfterUnflushedWAL: WAL written without a transaction ID (here
+// VACUUM's) stays in the primary's buffers until its WAL writer writes it
+// out (wal_writer_delay: 200 ms by default, 10 s here so the test does not
+// depend on timing), and no standby can replay it before. A session's
+// token after its VACUUM is past it, so its next read used to wait that
+// long for a replica (fallback_policy wait) or go to the primary
+// (fallback_policy primary). The proxy now has the primary flush its WAL
+// (flushSQL in health/pgprober.go) when a read is held back by WAL it has
+// not written out, and the read goes to the replica and sees the
+// session's rows. Where each read ran is asked of the server.
+func TestReadAfterUnflushedWAL(t *testing.T) {
+	cl := pgtest.New(t, pgtest.Options{Standbys: 1, Conf: "wal_writer_delay = 10s"})
+	for _, fallback := range []string{"primary", "wait"} {
+		t.Run("fallback_"+fallback, func(t *testing.T) {
+			px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: fallback})
+			ctx := ctxT(t, 60*time.Second)
+			tbl := uniqueIdent("unflushed")
+			c := connect(t, ctx, px.AppDSN())
+			mustExec(t, ctx, c, "create table "+tbl+" (k int)")
+			reps := cl.StandbyPorts()
+			unflushed := 0
+			for i := 1; i <= 10; i++ {
+				mustExec(t, ctx, c, fmt.Sprintf("insert into %s select -1 from generate_series(1, 200); insert into %[1]s values (%d); delete from %[1]s where k < 0", tbl, i))
+				mustExec(t, ctx, c, "vacuum "+tbl)
+				// (A read of the primary's positions writes nothing.)
+				behind, err := cl.Primary.QueryString(ctx, "select pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if behind == "t" {
+					unflushed++
+				}
+				var port, n int
+				if err := c.QueryRow(ctx, "select inet_server_port(), count(*) from "+tbl).Scan(&port, &n); err != nil {
+					t.Fatalf("read %d: %v", i, err)
+				}
+				if n != i {
+					t.Fatalf("read %d on port %d: %d rows, want %d", i, port, n, i)
+				}
+				if !reps[port] {
+					t.Fatalf("read %d after the session's VACUUM ran on the primary (port %d), want a replica", i, port)
+				}
+			}
+			t.Logf("fallback %s: 10 of 10 reads after VACUUM on the replica; the primary's WAL was not flushed before %d of them", fallback, unflushed)
+			if unflushed == 0 {
+				t.Fatal("the primary's WAL was flushed before every read: the test did not test anything")
+			}
+		})
 	}
 }
