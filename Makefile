@@ -7,9 +7,9 @@
 #                      regression seeds in every mode and 10,000 random
 #                      sequences in session pooling, then make fuzz for 3 s a
 #                      target (CI_FUZZTIME), then make deploy-check
-#   make conformance   pgx's, lib/pq's and bun pgdriver's own test suites directly and through
-#                      kineticd in four configurations (test/conformance,
-#                      ~12 minutes, no -race)
+#   make conformance   pgx's, lib/pq's, bun pgdriver's and go-pg's own test suites directly
+#                      and through kineticd in four configurations (test/conformance,
+#                      ~16 minutes, no -race)
 #   make differential  10,000 seeded random protocol sequences per mode, each
 #                      replayed against PostgreSQL and through kineticd in four
 #                      configurations, answers compared (test/differential);
@@ -88,7 +88,7 @@ test: deps build
 .PHONY: deploy-check
 deploy-check: check-systemd check-deb check-image check-helm
 
-# pgx's, lib/pq's and bun pgdriver's test suites against PostgreSQL and through kineticd (session and
+# pgx's, lib/pq's, bun pgdriver's and go-pg's test suites against PostgreSQL and through kineticd (session and
 # transaction pooling, read routing off and on); test/conformance/doc.go.
 # go test ./... above skips it: it runs only with KINETIC_CONFORMANCE=1.
 # Without -race: kineticd runs as its own binary (kinetictest.StartProcess),

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -203,6 +204,11 @@ type routeUser struct{ name, secret, backend string }
 type driverRoute struct {
 	name, db string
 	users    []routeUser
+	// poolSize is [routes.pool] size, 40 when 0: in session pooling a
+	// client holds a server connection for as long as it is connected,
+	// and a suite that leaves clients connected needs a larger pool (as
+	// behind PgBouncer), or its next login waits for acquire_timeout_ms.
+	poolSize int
 }
 
 // pgxRoute is pgx's: database pgx_test, its three roles.
@@ -242,9 +248,9 @@ freshness_policy = "session_write_lsn_and_max_lag"
 replica_health_interval_ms = 200
 replica_health_timeout_ms = 200
 [routes.pool]
-size = 40
+size = %d
 acquire_timeout_ms = 10000
-`, r.name, r.db, c.Primary.Addr(), replicaTOML.String(), tg.routing)
+`, r.name, r.db, c.Primary.Addr(), replicaTOML.String(), tg.routing, cmp.Or(r.poolSize, 40))
 	px := kinetictest.StartProcess(t, c, kinetictest.Params{
 		PoolMode:        tg.poolMode,
 		ReadRoutingMode: tg.routing,

@@ -1,6 +1,6 @@
-// Package conformance runs the own test suites of three Go drivers, pgx,
-// lib/pq and bun's pgdriver, through kineticd: a client that cannot tell kineticd from
-// PostgreSQL passes its driver's tests through it exactly as it does
+// Package conformance runs the own test suites of four Go drivers, pgx,
+// lib/pq, bun's pgdriver and go-pg, through kineticd: a client that cannot
+// tell kineticd from PostgreSQL passes its driver's tests through it exactly as it does
 // directly.
 //
 // # The run
@@ -72,6 +72,18 @@
 // parameter, and transactions opened at every isolation level, read only
 // and not.
 //
+// TestGopgSuite does the same with go-pg (github.com/go-pg/pg/v10, pinned:
+// gopgVersion in gopg_test.go), an ORM with a fourth protocol
+// implementation, on a cluster of two standbys. Its tests log in as
+// postgres, password postgres, to database postgres (the cluster's
+// superuser, trusted directly; kineticd asks for the password) at PGHOST
+// and PGPORT; public is recreated with hstore before every target. Its 87
+// Go tests and examples count one by one; its 149 Ginkgo specs run inside
+// one of them (TestGinkgo), whose output names a failing spec. Its
+// examples open a pool each and close none: in session pooling its route's
+// pool is 100 (40 is not enough, and the next login waits out
+// acquire_timeout_ms, as behind PgBouncer).
+//
 // Results come from go tool test2json (the binaries run with
 // -test.v=test2json and -test.timeout=8m). Only top-level tests count; a
 // subtest's failure is its parent's. A test still running when the timeout
@@ -114,7 +126,8 @@
 // (go test splits its pattern at slashes, so match a target's two parts
 // separately), and KINETIC_CONFORMANCE_PGX_RUN is passed to pgx's binaries
 // as -test.run (KINETIC_CONFORMANCE_PQ_RUN to lib/pq's,
-// KINETIC_CONFORMANCE_BUN_RUN to pgdriver's):
+// KINETIC_CONFORMANCE_BUN_RUN to pgdriver's, KINETIC_CONFORMANCE_GOPG_RUN to
+// go-pg's):
 //
 //	# one target
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run 'TestPgxSuite/transaction/routed' ./test/conformance/
@@ -125,9 +138,11 @@
 //	KINETIC_CONFORMANCE=1 KINETIC_CONFORMANCE_PGX_RUN='^TestFatalTxError$' go test -count=1 -v ./test/conformance/
 //	# only the baseline
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run 'TestPgxSuite/none' ./test/conformance/
-//	# lib/pq's suite alone (about a minute); bun's pgdriver's (half a minute)
+//	# lib/pq's suite alone (about a minute); bun's pgdriver's (half a
+//	# minute); go-pg's (three minutes, and one to build it the first time)
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestPqSuite ./test/conformance/
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestBunSuite ./test/conformance/
+//	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestGopgSuite ./test/conformance/
 //
 // The table has only each failure's first error line. With
 // KINETIC_CONFORMANCE_OUT=DIR the raw test2json stream of every binary and
