@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"fmt"
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -105,5 +107,47 @@ func TestNoteStmtOpOnDeadLink(t *testing.T) {
 		if queued := len(l.ops) == 1; queued == dead {
 			t.Errorf("link dead %v: op queued on the link: %v", dead, queued)
 		}
+	}
+}
+
+// TestStmtOpQueue: the ops of earlier batches are the queue's prefix
+// (settleOps and settleLocalUnnamed look at them only, not at the batch
+// being written, which may hold 100,000 Parses), and a ParseComplete
+// confirms the first queued Parse whether or not another op is ahead of
+// it.
+func TestStmtOpQueue(t *testing.T) {
+	ss := &session{log: zap.NewNop()}
+	ss.initWaits()
+	l := newLink(&pool.Conn{Addr: "primary:5432", W: bufio.NewWriter(io.Discard)}, nil, true, false)
+	for batch := uint64(0); batch < 3; batch++ {
+		l.batches = batch
+		for i := 0; i < 4; i++ {
+			kind := byte('P')
+			if batch == 1 && i == 0 {
+				kind = 'X'
+			}
+			ss.noteStmtOp(l, stmtOp{kind: kind, name: fmt.Sprintf("s%d_%d", batch, i)})
+		}
+	}
+	for batch, want := range []int{0, 4, 8, 12} {
+		l.batches = uint64(batch)
+		if got := len(l.earlierOpsLocked()); got != want {
+			t.Errorf("writing batch %d: %d earlier ops, want %d", batch, got, want)
+		}
+	}
+	l.batches = 2
+	for i := 0; i < 4; i++ {
+		l.stmtAnsweredLocked('1')
+	}
+	l.stmtAnsweredLocked('1') // batch 1's first Parse, behind its 'X'
+	var left []string
+	for _, op := range l.ops {
+		left = append(left, op.name)
+	}
+	if want := []string{"s1_0", "s1_2", "s1_3", "s2_0", "s2_1", "s2_2", "s2_3"}; !slices.Equal(left, want) {
+		t.Errorf("ops left %v, want %v", left, want)
+	}
+	if got := len(l.earlierOpsLocked()); got != 3 {
+		t.Errorf("%d earlier ops after the answers, want 3", got)
 	}
 }

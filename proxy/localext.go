@@ -213,9 +213,9 @@ scan:
 		return
 	}
 	replaced := func(op stmtOp) bool {
-		return op.kind == 'P' && op.name == "" && op.prevLocal != nil && !op.noop && op.batch < l.batches
+		return op.kind == 'P' && op.name == "" && op.prevLocal != nil && !op.noop
 	}
-	for !l.dead && !ss.mu.killed && slices.ContainsFunc(l.ops, replaced) {
+	for !l.dead && !ss.mu.killed && slices.ContainsFunc(l.earlierOpsLocked(), replaced) {
 		ss.turn.Wait()
 	}
 	ss.mu.Unlock()

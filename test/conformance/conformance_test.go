@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -143,6 +144,9 @@ func runDriver(t *testing.T, ctx context.Context, c *pgtest.Cluster, d driverSui
 						t.Logf("the output of %s on %s:\n%s", j.Key, tg.name, strings.Join(r.Output, "\n"))
 					}
 				}
+			}
+			if slow := slowest(direct, got); slow != "" {
+				t.Logf("%s tests much slower on %s than directly (not judged: a hint of a wait or of quadratic work; pgx's TestConnExecBatchHuge took 46 s routed against 1 s directly until 2026-12-07):\n%s", d.name, tg.name, slow)
 			}
 			for _, e := range judgedRep.NowPassing {
 				t.Logf("%s passes on %s although listed (%q, %s): remove the entry if it stays so", e.Test, tg.name, e.Target, e.Why)
@@ -303,4 +307,32 @@ func sourceVersion() string {
 		return "(unknown)"
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// slowest lists the tests of got that took over a second longer than
+// directly and over three times as long, slowest first, at most five.
+func slowest(direct, got map[string]*testResult) string {
+	type slow struct {
+		key       string
+		was, took time.Duration
+	}
+	var all []slow
+	for k, r := range got {
+		d := direct[k]
+		if d == nil || r.Outcome != pass || d.Outcome != pass {
+			continue
+		}
+		if r.Elapsed-d.Elapsed > time.Second && r.Elapsed > 3*d.Elapsed {
+			all = append(all, slow{k, d.Elapsed, r.Elapsed})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].took-all[i].was > all[j].took-all[j].was })
+	var b strings.Builder
+	for i, s := range all {
+		if i == 5 {
+			break
+		}
+		fmt.Fprintf(&b, "  %s: %v directly, %v\n", s.key, s.was.Round(10*time.Millisecond), s.took.Round(10*time.Millisecond))
+	}
+	return b.String()
 }
