@@ -213,6 +213,10 @@ type Freshness struct {
 	ReadAfterWriteTimeoutMS    int    `toml:"read_after_write_timeout_ms"`
 	StickyPrimaryWindowMS      int    `toml:"sticky_primary_window_ms"`
 	MaxPrimaryFallbackInflight int    `toml:"max_primary_fallback_inflight"`
+	// FlushPrimaryWAL has the primary write out WAL a held-back read
+	// needs that it has not written yet (docs/behaviour.md, "WAL the
+	// primary has not written out").
+	FlushPrimaryWAL bool `toml:"flush_primary_wal"`
 }
 
 // HA is [routes.ha]: replica health probing. VerdictTTLMS 0 means

@@ -92,6 +92,7 @@ func TestDefaultsMatchSpec(t *testing.T) {
 			FreshnessPolicy:         "session_write_lsn_and_max_lag",
 			MaxReplicaLagMS:         2500,
 			ReadAfterWriteTimeoutMS: 750,
+			FlushPrimaryWAL:         true,
 		},
 		HA:   HA{ReplicaHealthIntervalMS: 2000, ReplicaHealthTimeoutMS: 750, FollowFailover: true},
 		Pool: Pool{Size: 20, AcquireTimeoutMS: 10000, MaxConcurrentDials: 16},

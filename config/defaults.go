@@ -28,6 +28,7 @@ const (
 	DefaultMaxReplicaLagBytes         = 0
 	DefaultReadAfterWriteTimeoutMS    = 750
 	DefaultStickyPrimaryWindowMS      = 0
+	DefaultFlushPrimaryWAL            = true
 	DefaultMaxPrimaryFallbackInflight = 0
 	DefaultReplicaHealthIntervalMS    = 2000
 	DefaultReplicaHealthTimeoutMS     = 750
@@ -136,6 +137,7 @@ func DefaultRoute() Route {
 			MaxReplicaLagBytes:         DefaultMaxReplicaLagBytes,
 			ReadAfterWriteTimeoutMS:    DefaultReadAfterWriteTimeoutMS,
 			StickyPrimaryWindowMS:      DefaultStickyPrimaryWindowMS,
+			FlushPrimaryWAL:            DefaultFlushPrimaryWAL,
 			MaxPrimaryFallbackInflight: DefaultMaxPrimaryFallbackInflight,
 		},
 		HA: HA{

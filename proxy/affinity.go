@@ -428,7 +428,7 @@ func (ss *session) askReplicas(r *routeRuntime, ask map[string]bool, req freshne
 // replayWait, and reports whether the primary had to write (so the
 // replicas may now catch up with floor).
 func (ss *session) flushPrimary(r *routeRuntime, floor freshness.Token) bool {
-	if r.flusher == nil || floor.IsZero() {
+	if r.flusher == nil || floor.IsZero() || !ss.route.Freshness.FlushPrimaryWAL {
 		return false
 	}
 	for want := uint64(floor.LSN); ; {

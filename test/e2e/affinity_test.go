@@ -188,4 +188,22 @@ func TestReadAfterUnflushedWAL(t *testing.T) {
 			}
 		})
 	}
+	// flush_primary_wal = false: the read waits for the WAL writer (10 s
+	// here), so it goes to the primary, and still sees the session's rows.
+	t.Run("flush_primary_wal_off", func(t *testing.T) {
+		px := routedProxy(t, cl, kinetictest.Params{FreshnessExtra: "flush_primary_wal = false"})
+		ctx := ctxT(t, 60*time.Second)
+		tbl := uniqueIdent("unflushed")
+		c := connect(t, ctx, px.AppDSN())
+		mustExec(t, ctx, c, "create table "+tbl+" (k int)")
+		mustExec(t, ctx, c, fmt.Sprintf("insert into %s select -1 from generate_series(1, 200); insert into %[1]s values (1); delete from %[1]s where k < 0", tbl))
+		mustExec(t, ctx, c, "vacuum "+tbl)
+		var port, n int
+		if err := c.QueryRow(ctx, "select inet_server_port(), count(*) from "+tbl).Scan(&port, &n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 || port != cl.Primary.Port {
+			t.Fatalf("read after VACUUM with flush_primary_wal = false: %d rows on port %d, want 1 on the primary (%d)", n, port, cl.Primary.Port)
+		}
+	})
 }

@@ -53,6 +53,8 @@ type Params struct {
 	ReadRoutingExtra string
 	// HAExtra is appended inside [routes.ha] (e.g. follow_failover = false).
 	HAExtra string
+	// FreshnessExtra, when set, is a [routes.freshness] table's keys.
+	FreshnessExtra string
 	// Extra is appended verbatim (more [[users]], [[routes]]...).
 	Extra string
 	// RolloutShared leaves [rollout] shared at the product default (true).
@@ -121,7 +123,9 @@ fallback_policy = "{{.FallbackPolicy}}"
 replica_health_interval_ms = 200
 replica_health_timeout_ms = 200
 {{.HAExtra}}
-[routes.pool]
+{{if .FreshnessExtra}}[routes.freshness]
+{{.FreshnessExtra}}
+{{end}}[routes.pool]
 size = {{.PoolSize}}
 acquire_timeout_ms = {{.AcquireTimeout}}
 {{.PoolExtra}}
