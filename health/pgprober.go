@@ -284,35 +284,38 @@ func (p *PGProber) history(ctx context.Context, conn *pool.Conn, addr string, tl
 
 // positionSQL reads a primary's WAL insert position in bytes (at or after
 // the end of every commit so far, also with synchronous_commit = off), its
-// timeline and wal_block_size. pg_current_wal_insert_lsn() fails during
+// timeline, wal_block_size and its WAL flush position (how far standbys
+// can have received it). pg_current_wal_insert_lsn() fails during
 // recovery: a server that is not (or no longer) a primary gives no
 // position at all.
 const positionSQL = `select pg_current_wal_insert_lsn() - '0/0',
   ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint,
-  current_setting('wal_block_size')`
+  current_setting('wal_block_size'), pg_current_wal_flush_lsn() - '0/0'`
 
 // Position reads the WAL insert position of the primary at addr
 // (positionSQL), normalised as a commit's end is (NormalizeInsertLSN),
-// and its timeline. Like Probe it keeps its connection between calls.
-func (p *PGProber) Position(ctx context.Context, addr string) (lsn uint64, timeline uint32, err error) {
+// its timeline and its WAL flush position. Like Probe it keeps its
+// connection between calls.
+func (p *PGProber) Position(ctx context.Context, addr string) (lsn, flushed uint64, timeline uint32, err error) {
 	err = p.run(ctx, addr, func(conn *pool.Conn) error {
 		rows, err := conn.Query(ctx, positionSQL)
 		if err != nil {
 			return err
 		}
-		if len(rows) != 1 || len(rows[0]) != 3 {
+		if len(rows) != 1 || len(rows[0]) != 4 {
 			return errors.New("position: unexpected result shape")
 		}
 		raw, err1 := strconv.ParseUint(string(rows[0][0]), 10, 64)
 		tli, err2 := strconv.ParseUint(string(rows[0][1]), 10, 32)
 		blk, err3 := strconv.ParseUint(string(rows[0][2]), 10, 32)
-		if err := errors.Join(err1, err2, err3); err != nil {
+		fl, err4 := strconv.ParseUint(string(rows[0][3]), 10, 64)
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
 			return fmt.Errorf("position: %w", err)
 		}
-		lsn, timeline = NormalizeInsertLSN(raw, blk), uint32(tli)
+		lsn, flushed, timeline = NormalizeInsertLSN(raw, blk), fl, uint32(tli)
 		return nil
 	})
-	return lsn, timeline, err
+	return lsn, flushed, timeline, err
 }
 
 // flushSQL makes a primary write out its WAL up to at least a position
@@ -326,28 +329,38 @@ func (p *PGProber) Position(ctx context.Context, addr string) (lsn uint64, timel
 // synchronous_commit = local (for this transaction only) flushes it
 // whatever the server's default, without waiting for synchronous
 // standbys. CASE evaluates its branches in order: nothing is written when
-// the WAL is flushed already. The answer is the message's position, or
-// NULL when nothing was needed.
-const flushSQL = `select case when pg_current_wal_flush_lsn() - '0/0' >= %d then null
+// the WAL is flushed already. The answer is the flush position before,
+// and the message's position (flushed with its commit), or NULL when
+// nothing was needed. (A subquery with a volatile function is not pulled
+// up: f is read once.)
+const flushSQL = `select f, case when f >= %d then null
   when set_config('synchronous_commit', 'local', true) = '' then null
-  else pg_logical_emit_message(true, 'pg_kinetic', '') - '0/0' end`
+  else pg_logical_emit_message(true, 'pg_kinetic', '') - '0/0' end
+from (select pg_current_wal_flush_lsn() - '0/0' as f) s`
 
 // FlushTo makes the primary at addr flush its WAL up to lsn at least
 // (flushSQL); it reports whether that took a write (false: it was flushed
-// already). Like Probe it keeps its connection between calls.
-func (p *PGProber) FlushTo(ctx context.Context, addr string, lsn uint64) (wrote bool, err error) {
+// already), and a position its WAL is flushed up to now. Like Probe it
+// keeps its connection between calls.
+func (p *PGProber) FlushTo(ctx context.Context, addr string, lsn uint64) (wrote bool, flushed uint64, err error) {
 	err = p.run(ctx, addr, func(conn *pool.Conn) error {
 		rows, err := conn.Query(ctx, fmt.Sprintf(flushSQL, lsn))
 		if err != nil {
 			return err
 		}
-		if len(rows) != 1 || len(rows[0]) != 1 {
+		if len(rows) != 1 || len(rows[0]) != 2 {
 			return errors.New("flush: unexpected result shape")
 		}
-		wrote = rows[0][0] != nil
+		col := rows[0][0]
+		if wrote = rows[0][1] != nil; wrote {
+			col = rows[0][1]
+		}
+		if flushed, err = strconv.ParseUint(string(col), 10, 64); err != nil {
+			return fmt.Errorf("flush: %w", err)
+		}
 		return nil
 	})
-	return wrote, err
+	return wrote, flushed, err
 }
 
 // replaySQL reads a standby's replay position in bytes, its timeline

@@ -333,7 +333,7 @@ func TestPGProberPosition(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lsn, tli, err := p.Position(ctx, c.Primary.Addr())
+		lsn, flushed, tli, err := p.Position(ctx, c.Primary.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -341,8 +341,11 @@ func TestPGProberPosition(t *testing.T) {
 		if lsn < end || tli == 0 {
 			t.Fatalf("position %d on timeline %d, before the commit's end %d", lsn, tli, end)
 		}
+		if flushed < end || flushed > lsn {
+			t.Fatalf("flush position %d, want between the commit's end %d and the insert position %d", flushed, end, lsn)
+		}
 	}
-	if _, _, err := p.Position(ctx, c.Standbys[0].Addr()); err == nil {
+	if _, _, _, err := p.Position(ctx, c.Standbys[0].Addr()); err == nil {
 		t.Fatal("a standby gave a primary position")
 	}
 }
@@ -370,8 +373,8 @@ func TestPGProberFlushTo(t *testing.T) {
 		return n
 	}
 	flushed := lsnOf("select (pg_current_wal_flush_lsn() - '0/0')::text")
-	if wrote, err := p.FlushTo(ctx, c.Primary.Addr(), flushed); err != nil || wrote {
-		t.Fatalf("FlushTo a flushed position: wrote %v, %v; want nothing written", wrote, err)
+	if wrote, at, err := p.FlushTo(ctx, c.Primary.Addr(), flushed); err != nil || wrote || at < flushed {
+		t.Fatalf("FlushTo a flushed position: wrote %v, flushed to %d, %v; want nothing written, at least %d", wrote, at, err, flushed)
 	}
 	if err := c.Primary.Exec(ctx, "create table flushto (k int); insert into flushto select generate_series(1, 500); delete from flushto where k < 500"); err != nil {
 		t.Fatal(err)
@@ -383,9 +386,9 @@ func TestPGProberFlushTo(t *testing.T) {
 	if flushed := lsnOf("select (pg_current_wal_flush_lsn() - '0/0')::text"); flushed >= insert {
 		t.Fatalf("VACUUM's WAL flushed already (%d >= %d): nothing to test", flushed, insert)
 	}
-	wrote, err := p.FlushTo(ctx, c.Primary.Addr(), insert)
-	if err != nil || !wrote {
-		t.Fatalf("FlushTo an unflushed position: wrote %v, %v; want a write", wrote, err)
+	wrote, at, err := p.FlushTo(ctx, c.Primary.Addr(), insert)
+	if err != nil || !wrote || at < insert {
+		t.Fatalf("FlushTo an unflushed position: wrote %v, flushed to %d, %v; want a write, at least %d", wrote, at, err, insert)
 	}
 	if flushed := lsnOf("select (pg_current_wal_flush_lsn() - '0/0')::text"); flushed < insert {
 		t.Fatalf("flushed to %d after FlushTo(%d)", flushed, insert)

@@ -424,11 +424,12 @@ func (ss *session) askReplicas(r *routeRuntime, ask map[string]bool, req freshne
 
 // flushPrimary has the route's primary write its WAL out up to floor when
 // it has not yet (the route's flusher, shared by the sessions: one query
-// in flight at most, none while no read is held back). It waits at most
-// replayWait, and reports whether the primary had to write (so the
-// replicas may now catch up with floor).
+// in flight at most, none while no read is held back, none when the
+// position reader or the flusher saw it written out past floor already).
+// It waits at most replayWait, and reports whether the primary had to
+// write (so the replicas may now catch up with floor).
 func (ss *session) flushPrimary(r *routeRuntime, floor freshness.Token) bool {
-	if r.flusher == nil || floor.IsZero() || !ss.route.Freshness.FlushPrimaryWAL {
+	if r.flusher == nil || floor.IsZero() || !ss.route.Freshness.FlushPrimaryWAL || r.flushed.covers(floor) {
 		return false
 	}
 	for want := uint64(floor.LSN); ; {

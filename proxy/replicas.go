@@ -52,6 +52,11 @@ type routeRuntime struct {
 	// when nothing was needed.
 	flusher   *freshness.Reader
 	flushWant *atomic.Uint64
+	// flushed is a position the primary's WAL is known to be written out
+	// to (the position reader's and the flusher's answers, the highest on
+	// the latest timeline seen): a held-back read whose floor is at or
+	// below it costs no flusher query.
+	flushed flushedAt
 	// fallbacks counts reads fallen back to the primary and still
 	// running (max_primary_fallback_inflight); decisions counts route
 	// decisions by class and target (SHOW ROUTES, SHOW STATS).
@@ -191,7 +196,10 @@ func (run *routeRuntime) startReaders(ctx context.Context, rt *config.Route, pos
 		}
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		lsn, tli, err := positions.Position(ctx, primary)
+		lsn, flushed, tli, err := positions.Position(ctx, primary)
+		if err == nil {
+			run.flushed.note(freshness.Token{Timeline: tli, LSN: freshness.LSN(flushed)})
+		}
 		return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, err
 	})
 	run.flushWant = new(atomic.Uint64)
@@ -210,9 +218,15 @@ func (run *routeRuntime) startReaders(ctx context.Context, rt *config.Route, pos
 		}
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		wrote, err := flushes.FlushTo(ctx, primary, want)
-		if err != nil || !wrote {
+		wrote, flushed, err := flushes.FlushTo(ctx, primary, want)
+		if err != nil {
 			return freshness.Token{}, err
+		}
+		// (The timeline is the last one the position reader saw: a
+		// flushed position only ever saves a query.)
+		run.flushed.note(freshness.Token{Timeline: run.flushed.timeline(), LSN: freshness.LSN(flushed)})
+		if !wrote {
+			return freshness.Token{}, nil
 		}
 		return freshness.Token{LSN: freshness.LSN(want)}, nil
 	})
@@ -234,6 +248,36 @@ func (run *routeRuntime) startReaders(ctx context.Context, rt *config.Route, pos
 			return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, nil
 		})
 	}
+}
+
+// flushedAt is routeRuntime.flushed.
+type flushedAt struct {
+	mu  sync.Mutex
+	tok freshness.Token
+}
+
+// note records that the primary's WAL is written out to tok: the highest
+// such position on tok's timeline, a later timeline's replacing it.
+func (f *flushedAt) note(tok freshness.Token) {
+	f.mu.Lock()
+	if tok.Timeline > f.tok.Timeline || tok.Timeline == f.tok.Timeline && tok.LSN > f.tok.LSN {
+		f.tok = tok
+	}
+	f.mu.Unlock()
+}
+
+// covers reports whether the WAL up to floor is known to be written out.
+func (f *flushedAt) covers(floor freshness.Token) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tok.Timeline != 0 && f.tok.Timeline == floor.Timeline && f.tok.LSN >= floor.LSN
+}
+
+// timeline is the timeline of the last position noted.
+func (f *flushedAt) timeline() uint32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tok.Timeline
 }
 
 func (r *routing) close() {
