@@ -312,8 +312,10 @@ const replayWait = 20 * time.Millisecond
 // and records them (Server.observe), so the read is decided again on
 // them rather than on the last probe. A position read after the
 // session's read on a replica that did not restart bounds what it saw
-// there, and raises the floor to it. It reports whether the decision
-// may now differ.
+// there, and raises the floor to it. When none reached the floor and the
+// primary may not have written the WAL up to it out yet, it has the
+// primary do so (flushPrimary) and asks again for up to replayWait. It
+// reports whether the decision may now differ.
 func (ss *session) refreshReplicas(req freshness.Requirement) (changed bool) {
 	if ss.srv == nil {
 		return false
