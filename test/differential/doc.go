@@ -507,7 +507,8 @@
 //   - 2026-12-07, sixth session, after the linear statement-op queue
 //     (6c6cb2c) and the primary's WAL flush for held-back reads (93512c6):
 //     1207081 with +flushsync, 8,000 a mode: 0 / 0 / 0 / 0. 1207082
-//     widened with +flushsync, 3,000 a mode: 0 / 0 / 0 / 0.
+//     widened with +flushsync, 3,000 a mode: 0 / 0 / 0 / 0. 1207083, 8,000
+//     a mode: 0 / 0 / 0 / 0.
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
