@@ -51,7 +51,7 @@ type routeRuntime struct {
 	// (flushPrimary); its answer is the position of what it wrote, zero
 	// when nothing was needed.
 	flusher   *freshness.Reader
-	flushWant *atomic.Uint64
+	flushWant atomic.Uint64
 	// flushed is a position the primary's WAL is known to be written out
 	// to (the position reader's and the flusher's answers, the highest on
 	// the latest timeline seen): a held-back read whose floor is at or
@@ -202,7 +202,6 @@ func (run *routeRuntime) startReaders(ctx context.Context, rt *config.Route, pos
 		}
 		return freshness.Token{Timeline: tli, LSN: freshness.LSN(lsn)}, err
 	})
-	run.flushWant = new(atomic.Uint64)
 	run.flusher = freshness.NewReader(ctx, func(ctx context.Context) (freshness.Token, error) {
 		primary, why := primaryOf(rt, checker.Snapshot())
 		if primary == "" {
@@ -222,9 +221,7 @@ func (run *routeRuntime) startReaders(ctx context.Context, rt *config.Route, pos
 		if err != nil {
 			return freshness.Token{}, err
 		}
-		// (The timeline is the last one the position reader saw: a
-		// flushed position only ever saves a query.)
-		run.flushed.note(freshness.Token{Timeline: run.flushed.timeline(), LSN: freshness.LSN(flushed)})
+		run.flushed.noteLSN(freshness.LSN(flushed))
 		if !wrote {
 			return freshness.Token{}, nil
 		}
@@ -260,8 +257,19 @@ type flushedAt struct {
 // such position on tok's timeline, a later timeline's replacing it.
 func (f *flushedAt) note(tok freshness.Token) {
 	f.mu.Lock()
-	if tok.Timeline > f.tok.Timeline || tok.Timeline == f.tok.Timeline && tok.LSN > f.tok.LSN {
+	if f.tok.Less(tok) {
 		f.tok = tok
+	}
+	f.mu.Unlock()
+}
+
+// noteLSN is note for a position without a timeline (the flusher's):
+// it counts on the last timeline noted, as a flushed position only ever
+// saves a query.
+func (f *flushedAt) noteLSN(lsn freshness.LSN) {
+	f.mu.Lock()
+	if lsn > f.tok.LSN {
+		f.tok.LSN = lsn
 	}
 	f.mu.Unlock()
 }
@@ -271,13 +279,6 @@ func (f *flushedAt) covers(floor freshness.Token) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.tok.Timeline != 0 && f.tok.Timeline == floor.Timeline && f.tok.LSN >= floor.LSN
-}
-
-// timeline is the timeline of the last position noted.
-func (f *flushedAt) timeline() uint32 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.tok.Timeline
 }
 
 func (r *routing) close() {
