@@ -8,8 +8,9 @@
 #                      sequences in session pooling, then make fuzz for 3 s a
 #                      target (CI_FUZZTIME), then make deploy-check
 #   make conformance   pgx's, lib/pq's, bun pgdriver's and go-pg's own test suites directly
-#                      and through kineticd in four configurations (test/conformance,
-#                      ~16 minutes, no -race)
+#                      and through kineticd in four configurations, and PostgreSQL's
+#                      regression suite in session pooling (test/conformance,
+#                      ~20 minutes, no -race)
 #   make differential  10,000 seeded random protocol sequences per mode, each
 #                      replayed against PostgreSQL and through kineticd in four
 #                      configurations, answers compared (test/differential);
@@ -89,7 +90,8 @@ test: deps build
 deploy-check: check-systemd check-deb check-image check-helm
 
 # pgx's, lib/pq's, bun pgdriver's and go-pg's test suites against PostgreSQL and through kineticd (session and
-# transaction pooling, read routing off and on); test/conformance/doc.go.
+# transaction pooling, read routing off and on), and PostgreSQL's regression
+# suite (session pooling); test/conformance/doc.go.
 # go test ./... above skips it: it runs only with KINETIC_CONFORMANCE=1.
 # Without -race: kineticd runs as its own binary (kinetictest.StartProcess),
 # and pgx's timing-sensitive tests are meant to run at full speed.

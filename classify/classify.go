@@ -160,6 +160,10 @@ type Statement struct {
 	MoreSettings []Setting
 	PrepareName  string     // EffectPrepare, EffectExecute, EffectDeallocate ("" for ALL)
 	Inner        *Statement // EffectPrepare: the prepared statement's classification
+	// Executes names the SQL-prepared statement that CREATE TABLE AS
+	// EXECUTE runs (a write: EXECUTE's own is PrepareName, with
+	// EffectExecute): it must be prepared wherever the statement runs.
+	Executes string
 	// ParamsWrite: with EffectExecute, a parameter expression of EXECUTE
 	// itself calls a write function (EXECUTE p(nextval('s'))).
 	ParamsWrite bool

@@ -124,6 +124,9 @@ func (c *Classifier) utility(n *pg.Node) Statement {
 	// Writes whose expressions are executed (pins may hide in them).
 	case *pg.Node_CreateTableAsStmt: // CREATE TABLE AS, SELECT INTO's analysed form, CREATE MATERIALIZED VIEW
 		st, _ := c.executed(write(), s.CreateTableAsStmt)
+		if ex := s.CreateTableAsStmt.GetQuery().GetExecuteStmt(); ex != nil {
+			st.Executes = ex.GetName()
+		}
 		return st
 	case *pg.Node_CopyStmt:
 		st, _ := c.executed(write(), s.CopyStmt)

@@ -2648,7 +2648,7 @@ func (ss *session) resetSettingsOn(l *link, key string) error {
 	// (default_transaction_isolation = serializable on a hot standby:
 	// 0A000) failed the SELECT and so undid the RESET, and the connection
 	// kept the previous client's settings.
-	if err := ss.inject(l, &pgproto3.Query{String: "RESET ALL"}, 'Z'); err != nil {
+	if err := ss.inject(l, &pgproto3.Query{String: resetAllQuery}, 'Z'); err != nil {
 		return errServerGone
 	}
 	if key != "" {
@@ -2661,6 +2661,14 @@ func (ss *session) resetSettingsOn(l *link, key string) error {
 	ss.mu.Unlock()
 	return nil
 }
+
+// resetAllQuery returns a server session to its defaults as far as a
+// settings key can set them: RESET ALL leaves role and
+// session_authorization alone (they are GUC_NO_RESET_ALL), which SET ROLE
+// and SET SESSION AUTHORIZATION change and a key replays with set_config;
+// a SET ROLE the session has since RESET would otherwise stay on the
+// server (PostgreSQL's regression suite, insert.sql, found it).
+const resetAllQuery = "RESET ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ROLE"
 
 // injectInUnit runs query (one statement) on l ahead of the client's
 // messages, inside the transaction they run in: after the deferred BEGIN
@@ -2883,14 +2891,21 @@ func withSetting(session, startup []setting, s classify.Setting) []setting {
 	if s.Reset && name == "" { // RESET ALL
 		return nil
 	}
+	value := s.Value
+	if !s.Reset && name == "datestyle" {
+		// (Read before session is reused below.)
+		value = mergeDateStyle(effectiveValue(session, startup, name), value)
+	}
 	kept := session[:0]
 	for _, x := range session {
-		if strings.ToLower(x.name) != name {
+		// SET and RESET SESSION AUTHORIZATION also return role to none
+		// (SET ROLE's setting goes with them).
+		if n := strings.ToLower(x.name); n != name && (name != "session_authorization" || n != "role") {
 			kept = append(kept, x)
 		}
 	}
 	if !s.Reset {
-		return append(kept, setting{name: s.Name, value: s.Value})
+		return append(kept, setting{name: s.Name, value: value})
 	}
 	// RESET returns to the startup value, which set_config replays.
 	for _, st := range startup {

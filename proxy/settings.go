@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"sort"
 	"strings"
 
@@ -177,4 +178,74 @@ func (ss *session) restoreQuery(ds []*classified) string {
 		}
 	}
 	return settingsQuery(out)
+}
+
+// effectiveValue is the value of setting name (lower case) that the
+// session's settings give it over the startup ones, "" when neither sets
+// it (the server's own).
+func effectiveValue(session, startup []setting, name string) string {
+	for _, list := range [][]setting{session, startup} {
+		for i := len(list) - 1; i >= 0; i-- {
+			if strings.ToLower(list[i].name) == name {
+				return list[i].value
+			}
+		}
+	}
+	return ""
+}
+
+// mergeDateStyle is the DateStyle that SET datestyle = next leaves when it
+// was prior: a DateStyle names an output style, an input field order or
+// both, and SET changes only what it names (SET datestyle = iso, then
+// ymd: "ISO, YMD"), so replaying only the last SET would lose the rest
+// (PostgreSQL's regression suite, date.sql, found it). GERMAN also means
+// DMY unless the value names an order, as in the server's
+// check_datestyle. When either value holds what this does not know
+// (DEFAULT, a typo the server will refuse), next is kept as it is.
+func mergeDateStyle(prior, next string) string {
+	if prior == "" {
+		return next
+	}
+	ps, po, ok1 := parseDateStyle(prior)
+	ns, no, ok2 := parseDateStyle(next)
+	if !ok1 || !ok2 {
+		return next
+	}
+	style, order := cmp.Or(ns, ps), cmp.Or(no, po)
+	if ns == "German" && no == "" {
+		order = "DMY"
+	}
+	switch {
+	case style == "":
+		return order
+	case order == "":
+		return style
+	}
+	return style + ", " + order
+}
+
+// parseDateStyle splits a DateStyle value into its style and order,
+// either "" when the value does not name it.
+func parseDateStyle(v string) (style, order string, ok bool) {
+	for _, tok := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
+		switch strings.ToLower(tok) {
+		case "iso":
+			style = "ISO"
+		case "sql":
+			style = "SQL"
+		case "postgres":
+			style = "Postgres"
+		case "german":
+			style = "German"
+		case "ymd":
+			order = "YMD"
+		case "dmy", "euro", "european":
+			order = "DMY"
+		case "mdy", "us", "noneuro", "noneuropean":
+			order = "MDY"
+		default:
+			return "", "", false
+		}
+	}
+	return style, order, true
 }

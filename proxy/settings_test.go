@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/pg-kinetic/pg-kinetic/classify"
 )
 
 func TestStartupSettings(t *testing.T) {
@@ -56,5 +59,56 @@ func TestSerializableByDefault(t *testing.T) {
 		if got := serializableByDefault(tc.startup, tc.session); got != tc.want {
 			t.Errorf("serializableByDefault(%v, %v) = %v, want %v", tc.startup, tc.session, got, tc.want)
 		}
+	}
+}
+
+// TestWithSetting: the session's settings after a SET or RESET are what
+// the server holds after it, so that replaying them elsewhere gives the
+// same session (PostgreSQL's regression suite found both of the cases
+// below differing on a replica: date.sql, rowsecurity.sql).
+func TestWithSetting(t *testing.T) {
+	startup := []setting{{"DateStyle", "Postgres, MDY"}}
+	set := func(name, value string) classify.Setting { return classify.Setting{Name: name, Value: value} }
+	reset := func(name string) classify.Setting { return classify.Setting{Name: name, Reset: true} }
+	for _, tc := range []struct {
+		name    string
+		startup []setting
+		steps   []classify.Setting
+		want    string
+	}{
+		{"datestyle keeps the style a later SET does not name", startup,
+			[]classify.Setting{set("datestyle", "iso"), set("datestyle", "ymd")}, "datestyle=ISO, YMD"},
+		{"datestyle merges with the startup value", startup,
+			[]classify.Setting{set("datestyle", "dmy")}, "datestyle=Postgres, DMY"},
+		{"datestyle German means DMY unless an order is named", startup,
+			[]classify.Setting{set("datestyle", "german")}, "datestyle=German, DMY"},
+		{"datestyle German with an order", startup,
+			[]classify.Setting{set("datestyle", "German, YMD")}, "datestyle=German, YMD"},
+		{"datestyle without a known value stays as set", nil,
+			[]classify.Setting{set("datestyle", "ymd")}, "datestyle=ymd"},
+		{"datestyle DEFAULT is not merged", startup,
+			[]classify.Setting{set("datestyle", "iso"), set("datestyle", "default")}, "datestyle=default"},
+		{"datestyle RESET returns to the startup value", startup,
+			[]classify.Setting{set("datestyle", "iso"), reset("datestyle")}, "DateStyle=Postgres, MDY"},
+		{"SET SESSION AUTHORIZATION drops SET ROLE", nil,
+			[]classify.Setting{set("role", "bob"), set("session_authorization", "alice")}, "session_authorization=alice"},
+		{"RESET SESSION AUTHORIZATION drops SET ROLE", nil,
+			[]classify.Setting{set("session_authorization", "alice"), set("role", "bob"), reset("session_authorization")}, ""},
+		{"SET ROLE after SET SESSION AUTHORIZATION stays", nil,
+			[]classify.Setting{set("session_authorization", "alice"), set("role", "bob")}, "session_authorization=alice role=bob"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var session []setting
+			for _, s := range tc.steps {
+				session = withSetting(session, tc.startup, s)
+			}
+			var got []string
+			for _, s := range session {
+				got = append(got, s.name+"="+s.value)
+			}
+			if g := strings.Join(got, " "); g != tc.want {
+				t.Errorf("got %q, want %q", g, tc.want)
+			}
+		})
 	}
 }

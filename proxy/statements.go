@@ -952,6 +952,25 @@ func (ss *session) ensureStatementSynced(l *link, name string) error {
 	return ss.inject(l, &pgproto3.Sync{}, 'Z')
 }
 
+// ensureAllPrepared prepares on l every named statement the client has,
+// of its Parses and of its SQL PREPAREs, in name order.
+func (ss *session) ensureAllPrepared(l *link) error {
+	for _, name := range slices.Sorted(maps.Keys(ss.client.stmts)) {
+		if name == "" {
+			continue
+		}
+		if err := ss.ensureStatementSynced(l, name); err != nil {
+			return err
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(ss.client.sqlPrepared)) {
+		if err := ss.ensureSQLStatement(l, name, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ensureSQLStatement replays the client's SQL PREPARE of name on l when
 // l does not hold it as the client prepared it; nothing when the client
 // has no such statement (the server reports it).
@@ -1730,6 +1749,24 @@ func (ss *session) trackDescribe(l *link, body []byte) {
 // to PREPARE again).
 func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string) error {
 	for _, st := range d.Statements {
+		if st.Executes != "" {
+			// CREATE TABLE AS EXECUTE name: as EXECUTE name.
+			if _, parsed := ss.client.stmts[st.Executes]; parsed {
+				if err := ss.ensureStatementSynced(l, st.Executes); err != nil {
+					return err
+				}
+			} else if err := ss.ensureSQLStatement(l, st.Executes, 0); err != nil {
+				return err
+			}
+		}
+		if slices.Contains(st.Relations, "pg_prepared_statements") {
+			// A read of the session's prepared statements sees those
+			// of the server it runs on: every one of the client's must
+			// be there, as on the client's own server.
+			if err := ss.ensureAllPrepared(l); err != nil {
+				return err
+			}
+		}
 		switch st.Effect {
 		case classify.EffectExecute:
 			if _, parsed := ss.client.stmts[st.PrepareName]; parsed {

@@ -15,6 +15,10 @@
 #                   Node.js + npm, and node-postgres (`pg` from npm, pinned by
 #                   test/compat/node/package-lock.json, into
 #                   test/compat/node/node_modules).
+#   Regression      PostgreSQL's own regression suite (src/test/regress of the
+#                   release, from Debian's archive) and regress.so built with
+#                   postgresql-server-dev-15, by scripts/pg-regress.sh into
+#                   /var/tmp/pg-kinetic, for test/conformance.
 #
 # Runs as root, or through sudo. It never stops or reconfigures a system
 # PostgreSQL service: if the package starts a cluster on 5432, it stays; the
@@ -67,6 +71,9 @@ installed python3-psycopg2 || clients+=(python3-psycopg2)
 installed python3-psycopg || clients+=(python3-psycopg)
 [ -f /usr/share/java/postgresql.jar ] || clients+=(libpostgresql-jdbc-java)
 { command -v javac >/dev/null 2>&1 && command -v java >/dev/null 2>&1; } || clients+=(default-jdk-headless)
+# The server's headers, to build regress.so for PostgreSQL's own
+# regression suite (test/conformance's TestPgRegress).
+[ -d /usr/include/postgresql/15/server ] || clients+=(postgresql-server-dev-15)
 command -v node >/dev/null 2>&1 || clients+=(nodejs)
 # npm only when missing: NodeSource's nodejs ships its own npm and conflicts
 # with Debian's package.
@@ -87,6 +94,10 @@ if [ ! -d test/compat/node/node_modules/pg ]; then
 	(cd test/compat/node && npm ci --no-audit --no-fund --loglevel=error) ||
 		die "npm ci in test/compat/node failed"
 fi
+
+# --- PostgreSQL's regression suite for test/conformance --------------------
+regress=$(scripts/pg-regress.sh) || die "scripts/pg-regress.sh failed"
+say "PostgreSQL's regression suite: $regress"
 
 # --- Go --------------------------------------------------------------------
 if ! command -v go >/dev/null 2>&1; then

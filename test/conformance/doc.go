@@ -1,5 +1,6 @@
 // Package conformance runs the own test suites of four Go drivers, pgx,
-// lib/pq, bun's pgdriver and go-pg, through kineticd: a client that cannot
+// lib/pq, bun's pgdriver and go-pg, and PostgreSQL's regression suite
+// through kineticd: a client that cannot
 // tell kineticd from PostgreSQL passes its driver's tests through it exactly as it does
 // directly.
 //
@@ -84,6 +85,25 @@
 // pool is 100 (40 is not enough, and the next login waits out
 // acquire_timeout_ms, as behind PgBouncer).
 //
+// TestPgRegress runs PostgreSQL's own regression suite (src/test/regress:
+// its parallel_schedule, 217 psql scripts run by pg_regress, with
+// regress.so; scripts/pg-regress.sh fetches the release's source from
+// Debian's archive and builds it, install-deps.sh runs it) directly
+// against a primary with two standbys, then through kineticd in session
+// pooling with routing off and with prefer_replica, each time in a new
+// database regression as the superuser. Its judge is not the expected
+// files but the same scripts' output directly: every script's output
+// through kineticd must be the same byte for byte, except where
+// regressAllowed (regress_test.go) names the statement whose output a
+// pooler changes by design (a reused server connection) and the target it
+// does it on. Transaction pooling is not a target: the scripts keep
+// temporary tables, WITH HOLD cursors and advisory locks across
+// transactions. KINETIC_CONFORMANCE_REGRESS_TESTS="test_setup insert"
+// runs those scripts instead of the schedule; with KINETIC_CONFORMANCE_OUT
+// each target's results/ are kept under DIR/pg_regress. It found four
+// ways a session routed to replicas saw other settings or prepared
+// statements than directly (docs/behaviour.md, "Session state").
+//
 // Results come from go tool test2json (the binaries run with
 // -test.v=test2json and -test.timeout=8m). Only top-level tests count; a
 // subtest's failure is its parent's. A test still running when the timeout
@@ -143,6 +163,8 @@
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestPqSuite ./test/conformance/
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestBunSuite ./test/conformance/
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestGopgSuite ./test/conformance/
+//	# PostgreSQL's regression suite (four minutes)
+//	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestPgRegress ./test/conformance/
 //
 // The table has only each failure's first error line. With
 // KINETIC_CONFORMANCE_OUT=DIR the raw test2json stream of every binary and
