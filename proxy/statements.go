@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pg-kinetic/pg-kinetic/classify"
+	"github.com/pg-kinetic/pg-kinetic/config"
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
 )
 
@@ -1759,10 +1760,13 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 				return err
 			}
 		}
-		if slices.Contains(st.Relations, "pg_prepared_statements") {
+		if slices.Contains(st.Relations, "pg_prepared_statements") && !ss.txPool && ss.routingMode() != config.RoutingOff {
 			// A read of the session's prepared statements sees those
 			// of the server it runs on: every one of the client's must
-			// be there, as on the client's own server.
+			// be there, as on the client's own server. (In transaction
+			// pooling the view is the pooled connection's, other
+			// clients' statements among them, within
+			// max_prepared_statements, as behind PgBouncer.)
 			if err := ss.ensureAllPrepared(l); err != nil {
 				return err
 			}
