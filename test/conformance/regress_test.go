@@ -38,10 +38,7 @@ const (
 // advisory locks and LISTEN across transactions, which transaction pooling
 // does not carry (docs/behaviour.md), so most of its scripts would differ
 // by design.
-var regressTargets = []target{
-	{name: "session/off", poolMode: "session", routing: "off"},
-	{name: "session/routed", poolMode: "session", routing: "prefer_replica"},
-}
+var regressTargets = targets[1:3] // session/off, session/routed
 
 // TestPgRegress runs PostgreSQL's regression suite directly against a
 // primary with two standbys, then through kineticd per regressTargets, and
