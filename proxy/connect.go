@@ -123,7 +123,7 @@ func (ss *session) applyStartupSettings(srv *pool.Conn, p *pool.Pool) error {
 	if st.settings != ss.mu.settings.settingsKey {
 		q := ss.mu.settings.settingsKey
 		if st.settings != "" {
-			q = "RESET ALL; " + q
+			q = resetAllQuery + "; " + q
 		}
 		// (A simple Query: the server drops its unnamed statement, which
 		// in transaction pooling may be another client's. Without this
@@ -136,6 +136,7 @@ func (ss *session) applyStartupSettings(srv *pool.Conn, p *pool.Pool) error {
 		}
 		st.settings = ss.mu.settings.settingsKey
 	}
+	ss.stampLocked(st)
 	return nil
 }
 

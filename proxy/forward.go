@@ -2533,7 +2533,10 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 	// The session's DEALLOCATE ALL reaches every server it uses; one that
 	// holds none of its statements only needs to be marked.
 	discard := dgen > 0 && (st.discardOwner != ss.id || st.discardGen != dgen)
-	resync := st.settings != key
+	resync := st.settings != key || !ss.mu.movedEffects && st.settingsBy == ss.id && st.settingsEpoch != ss.mu.settings.epoch
+	if !resync {
+		ss.stampLocked(st) // (in line: a unit of this session's runs there)
+	}
 	ss.mu.Unlock()
 	if discard {
 		if err := ss.discardOn(l, dgen); err != nil {
@@ -2566,6 +2569,7 @@ func (ss *session) prepareLink(l *link, ds []*classified) error {
 		ss.inj.restOpen = !block
 		ss.mu.Lock()
 		st.settings = inUnit // (until the unit ends: then unknown, endEffects)
+		ss.stampLocked(st)
 		ss.mu.movedOn.st, ss.mu.movedOn.seq = st, ss.mu.unitSeq
 		ss.mu.Unlock()
 	}
@@ -2658,8 +2662,15 @@ func (ss *session) resetSettingsOn(l *link, key string) error {
 	}
 	ss.mu.Lock()
 	l.st.settings = key
+	ss.stampLocked(l.st)
 	ss.mu.Unlock()
 	return nil
+}
+
+// stampLocked records on st that this session gave it its settings as of
+// its current settings epoch. Callers hold ss.mu.
+func (ss *session) stampLocked(st *serverState) {
+	st.settingsBy, st.settingsEpoch = ss.id, ss.mu.settings.epoch
 }
 
 // resetAllQuery returns a server session to its defaults as far as a
@@ -2760,7 +2771,19 @@ func (ss *session) settleEffects(n, drop int, ok bool) {
 			}
 		}
 		ss.mu.settings.settingsKey = settingsQuery(append(slices.Clip(ss.mu.settings.startup), ss.mu.settings.session...))
+		if slices.ContainsFunc(done, func(e effect) bool { return e.kind == classify.EffectSet }) {
+			// Every other server this session set up gets the settings
+			// again before its next unit, even one whose key is the
+			// same: the SET or RESET may be of a setting a function or
+			// DO block set there (SET inside plpgsql), which no key
+			// held. Without it, RESET enable_bitmapscan after a DO
+			// block that turned it off on the primary ran on a replica
+			// and left the primary planning without bitmap scans
+			// (PostgreSQL's regression suite, brin_multi.sql).
+			ss.mu.settings.epoch++
+		}
 		if ss.mu.cur != nil {
+			ss.stampLocked(ss.mu.cur.st)
 			// The server that ran them has them; after DISCARD ALL it is
 			// back at its defaults, without the startup settings too.
 			switch {

@@ -144,6 +144,9 @@ type serverState struct {
 	// settings is the settings query (settingsQuery) last applied after a
 	// RESET ALL, "" for the server's defaults.
 	settings string
+	// settingsBy and settingsEpoch: the session that last gave this
+	// server its settings, and that session's settings epoch then.
+	settingsBy, settingsEpoch uint64
 	// discardOwner/discardGen: the session and DISCARD ALL generation
 	// whose DEALLOCATE ALL this server has seen (see prepareLink).
 	discardOwner, discardGen uint64

@@ -19,6 +19,10 @@ type replayedSettings struct {
 	session     []setting // from SET outside SET LOCAL, in order; Reset entries remove
 	settingsKey string    // settingsQuery of startup+session settings, as servers record it
 	discardGen  uint64    // bumped by DISCARD ALL / DEALLOCATE ALL
+	// epoch is bumped by every SET or RESET the session makes: a server
+	// this session gave its settings at an earlier epoch gets them again
+	// (serverState.settingsBy), whatever its key.
+	epoch uint64
 }
 
 // Startup parameters that are not settings.

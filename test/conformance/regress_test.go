@@ -87,11 +87,7 @@ func TestPgRegress(t *testing.T) {
 					d := unifiedDiff(direct[name], want, 60)
 					if a, ok := allowedRegress(tg.name, name, direct[name], want); ok {
 						allowedN++
-						what := "allowed"
-						if a.open {
-							what = "KNOWN OPEN, not explained yet"
-						}
-						t.Logf("%s differs through kineticd (%s), %s: %s\n%s", name, tg.name, what, a.why, d)
+						t.Logf("%s differs through kineticd (%s), allowed: %s\n%s", name, tg.name, a.why, d)
 						continue
 					}
 					differ++
@@ -112,9 +108,6 @@ type regressDiff struct {
 	targets []string
 	hunk    *regexp.Regexp
 	why     string
-	// open: a difference seen and not explained yet, logged as such
-	// (not a pooler's design; docs/behaviour.md names it).
-	open bool
 }
 
 // regressAllowed are the differences a client of a pooler sees by design
@@ -128,9 +121,6 @@ var regressAllowed = []regressDiff{
 		why: "psql's reconnect (\\c) gets a pooled server connection whose temporary schema exists already, so current_schema() does not create it (as behind PgBouncer)"},
 	{test: "sysviews", targets: []string{"session/routed"}, hunk: regexp.MustCompile(`from pg_stat_wal_receiver`),
 		why: "a read of the server's own state runs on the replica, which has a WAL receiver (docs/behaviour.md, allowed deviation (c))"},
-	{test: "brin_multi", targets: []string{"session/routed"}, hunk: regexp.MustCompile(`EXPLAIN \(COSTS OFF\) SELECT \* FROM brin_test_multi WHERE a = 1;`), open: true,
-		why: "in about one run in three the plan right after VACUUM ANALYZE is a Seq Scan instead of the BRIN bitmap scan; the server log shows that EXPLAIN on the primary, " +
-			"the same statements in the same order as directly, with only kineticd's position reader running beside them; never seen with routing off (0 of 8 runs)"},
 }
 
 // allowedRegress returns the entry of regressAllowed that explains the

@@ -114,3 +114,110 @@ func TestFailedBlockEndedInABatch(t *testing.T) {
 		})
 	}
 }
+
+// TestResetReachesHiddenSetting: a DO block (a write: the primary) turns a
+// setting off with SET inside plpgsql, which the proxy does not see; the
+// client then RESETs it in a read that runs on a replica. PostgreSQL
+// directly has it back on for everything after; the primary's connection
+// kept it off, because the session's settings key never held it and so
+// still matched what the primary last applied (PostgreSQL's regression
+// suite, brin_multi.sql: its EXPLAIN after such a DO block and RESET
+// planned without bitmap scans, about one run in three). Now a SET or
+// RESET a unit makes marks the session's other servers for a replay.
+func TestResetReachesHiddenSetting(t *testing.T) {
+	cl := pgtest.Shared(t)
+	for _, mode := range []string{"session", "transaction"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := ctxT(t, 60*time.Second)
+			px := routedProxy(t, cl, kinetictest.Params{PoolMode: mode, PoolSize: 1, AcquireTimeout: 5000})
+			c, err := pgx.Connect(ctx, px.AppDSN())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close(ctx)
+			mustExec(t, ctx, c, "DO $$BEGIN SET enable_bitmapscan = off; END$$")
+			onPrimary := "/* pg-kinetic: primary */ SELECT current_setting('enable_bitmapscan') || ' on ' || inet_server_port()"
+			var got string
+			if err := c.QueryRow(ctx, onPrimary, pgx.QueryExecModeSimpleProtocol).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("off on %d", cl.Primary.Port); got != want {
+				t.Fatalf("after the DO block: %q, want %q (the block's SET holds on the primary)", got, want)
+			}
+			// RESET in a read unit: it runs on a replica.
+			rr := c.PgConn().Exec(ctx, "RESET enable_bitmapscan; SELECT inet_server_port()")
+			res, err := rr.ReadAll()
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := string(res[1].Rows[0][0])
+			if port == fmt.Sprint(cl.Primary.Port) {
+				t.Fatalf("the RESET's unit ran on the primary (%s): the test shows nothing", port)
+			}
+			if err := c.QueryRow(ctx, onPrimary, pgx.QueryExecModeSimpleProtocol).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("on on %d", cl.Primary.Port); got != want {
+				t.Fatalf("after RESET enable_bitmapscan on the replica at %s: %q, want %q", port, got, want)
+			}
+		})
+	}
+}
+
+// TestRoleDoesNotOutliveItsClient: in transaction pooling a server
+// connection serves the next client with the settings the proxy replays,
+// after RESET ALL, which leaves role and session_authorization alone on
+// PostgreSQL. A client that SET ROLE and left must not hand its role to
+// the next client of the same connection, nor a RESET ROLE made on a
+// replica leave it on the primary (PostgreSQL's regression suite,
+// insert.sql).
+func TestRoleDoesNotOutliveItsClient(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	if err := cl.Primary.Exec(ctx, `DO $$BEGIN
+		IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'kinetic_e2e_role') THEN CREATE ROLE kinetic_e2e_role; END IF;
+		END$$; GRANT kinetic_e2e_role TO `+pgtest.AppUser); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"session", "transaction"} {
+		t.Run(mode, func(t *testing.T) {
+			px := routedProxy(t, cl, kinetictest.Params{PoolMode: mode, PoolSize: 1, AcquireTimeout: 5000})
+			onPrimary := "/* pg-kinetic: primary */ SELECT current_user || ' on ' || inet_server_port()"
+			want := func(c *pgx.Conn, user, what string) {
+				t.Helper()
+				var got string
+				if err := c.QueryRow(ctx, onPrimary, pgx.QueryExecModeSimpleProtocol).Scan(&got); err != nil {
+					t.Fatal(err)
+				}
+				if w := fmt.Sprintf("%s on %d", user, cl.Primary.Port); got != w {
+					t.Fatalf("%s: %q, want %q", what, got, w)
+				}
+			}
+			a, err := pgx.Connect(ctx, px.AppDSN())
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustExec(t, ctx, a, "SET ROLE kinetic_e2e_role")
+			want(a, "kinetic_e2e_role", "after SET ROLE")
+			// RESET ROLE in a read unit, which runs on a replica.
+			res, err := a.PgConn().Exec(ctx, "RESET ROLE; SELECT inet_server_port()").ReadAll()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if port := string(res[1].Rows[0][0]); port == fmt.Sprint(cl.Primary.Port) {
+				t.Fatalf("the RESET ROLE's unit ran on the primary: the test shows nothing")
+			}
+			want(a, pgtest.AppUser, "after RESET ROLE on a replica")
+			mustExec(t, ctx, a, "SET ROLE kinetic_e2e_role")
+			want(a, "kinetic_e2e_role", "after SET ROLE again")
+			a.Close(ctx)
+
+			b, err := pgx.Connect(ctx, px.AppDSN())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close(ctx)
+			want(b, pgtest.AppUser, "the next client of the pool's one primary connection")
+		})
+	}
+}
