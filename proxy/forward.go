@@ -2413,7 +2413,7 @@ func (u *unitInfo) mergeHints(h classify.Hints) {
 // is the unit's first statement; many that its string holds others.
 func (ss *session) mergeStatement(u *unitInfo, st *classify.Statement, opens, many bool) (read bool, reason string) {
 	read, reason = st.Kind == classify.KindRead, st.Reason
-	if !st.NoWAL {
+	if !st.NoWAL && st.Effect != classify.EffectPrepare {
 		u.mayWAL = true
 	}
 	if opens && ss.deferred != "" && ss.deferredRO {
@@ -2455,6 +2455,15 @@ func (ss *session) mergeStatement(u *unitInfo, st *classify.Statement, opens, ma
 		if many {
 			u.pinEffect = true // its text cannot be replayed on its own
 		}
+		// A SQL PREPARE runs on the primary (and is replayed on a
+		// replica where an EXECUTE of it goes): an EXECUTE the proxy
+		// cannot see, in a function's dynamic SQL (plpgsql's EXECUTE
+		// 'execute q'), runs with the function on the primary and must
+		// find it there. Until 2026-12-07 a PREPARE of a read ran on a
+		// replica, and such a function failed with 26000 (PostgreSQL's
+		// regression suite, partition_prune.sql). It writes nothing: no
+		// token is read for it.
+		read, reason = false, reasonWrite
 	}
 	return read, reason
 }

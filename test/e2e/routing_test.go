@@ -1539,3 +1539,42 @@ func TestLastRouteNamesTheLastStatementThatRan(t *testing.T) {
 		t.Fatalf("after a write: last_route %q", r)
 	}
 }
+
+// TestSQLPrepareForHiddenExecute: a function that runs EXECUTE of a SQL
+// prepared statement in its dynamic SQL runs on the primary (a VOLATILE
+// function), where the proxy cannot see that it needs the statement: the
+// PREPARE itself runs on the primary, so the statement is there
+// (PostgreSQL's regression suite, partition_prune.sql: its
+// explain_parallel_append('execute ab_q4 (2, 2)') failed with 26000 when
+// the PREPARE had gone to a replica). An EXECUTE the proxy sees still
+// runs on a replica.
+func TestSQLPrepareForHiddenExecute(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 30*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	setup, err := pgx.Connect(ctx, px.AppDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, setup, `CREATE OR REPLACE FUNCTION kinetic_run_prepared(q text) RETURNS int LANGUAGE plpgsql AS
+		$$DECLARE v int; BEGIN EXECUTE q INTO v; RETURN v; END$$`)
+	setup.Close(ctx)
+	// A new session: its PREPARE, a read, would go to a replica.
+	c, err := pgx.Connect(ctx, px.AppDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	mustExec(t, ctx, c, "prepare hidden_p as select inet_server_port()")
+	if p := portOf(t, ctx, c, "select kinetic_run_prepared('execute hidden_p')", pgx.QueryExecModeSimpleProtocol); p != cl.Primary.Port {
+		t.Fatalf("the function ran on %d, want the primary %d", p, cl.Primary.Port)
+	}
+	reps := cl.StandbyPorts()
+	onReplica := false
+	for i := 0; i < 20 && !onReplica; i++ {
+		onReplica = reps[portOf(t, ctx, c, "execute hidden_p", pgx.QueryExecModeSimpleProtocol)]
+	}
+	if !onReplica {
+		t.Fatal("EXECUTE of the prepared read never ran on a replica")
+	}
+}
