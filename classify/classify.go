@@ -185,7 +185,8 @@ type Statement struct {
 	// cannot read those (0A000), so such a read goes to the primary.
 	// Writes carry none.
 	Relations []string
-	// Unlogs: the statement may change which relations are UNLOGGED
+	// Unlogs: the statement may change which relations are UNLOGGED or
+	// sequences (CREATE SEQUENCE, a rename too)
 	// (CREATE UNLOGGED TABLE or SEQUENCE, … AS, SELECT … INTO UNLOGGED,
 	// ALTER … SET UNLOGGED or SET LOGGED): what the router knows of
 	// unlogged relations may be out of date once it ran.

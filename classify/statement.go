@@ -72,9 +72,15 @@ func (c *Classifier) utility(n *pg.Node) Statement {
 		return read()
 	case *pg.Node_DiscardStmt:
 		st := read()
-		if s.DiscardStmt.GetTarget() == pg.DiscardMode_DISCARD_ALL {
+		switch s.DiscardStmt.GetTarget() {
+		case pg.DiscardMode_DISCARD_ALL:
 			st.Effect = EffectDiscardAll
+		case pg.DiscardMode_DISCARD_SEQUENCES, pg.DiscardMode_DISCARD_TEMP:
+			// What they discard is the primary's: nextval's cache for
+			// currval and lastval, temporary tables.
+			st = write()
 		}
+		st.NoWAL = true
 		return st
 
 	// Prepared statements.

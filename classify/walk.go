@@ -59,6 +59,9 @@ func (w *walker) walk(m protoreflect.Message) {
 		if t := n.GetSubtype(); t == pg.AlterTableType_AT_SetUnLogged || t == pg.AlterTableType_AT_SetLogged {
 			w.unlogs = true
 		}
+	case *pg.CreateSeqStmt, *pg.RenameStmt:
+		// A name may become a sequence's (read on the primary too).
+		w.unlogs = true
 	case *pg.CommonTableExpr:
 		w.ctes = append(w.ctes, n.GetCtename())
 	case *pg.String, *pg.Integer, *pg.Float, *pg.Boolean, *pg.BitString, *pg.A_Const,
@@ -84,8 +87,8 @@ func (w *walker) field(fd protoreflect.FieldDescriptor, v protoreflect.Value) bo
 }
 
 // unlogs reports whether a statement may change which relations are
-// UNLOGGED (Statement.Unlogs): a relation it names as UNLOGGED, or ALTER …
-// SET UNLOGGED or SET LOGGED.
+// UNLOGGED or sequences (Statement.Unlogs): a relation it names as
+// UNLOGGED, ALTER … SET UNLOGGED or SET LOGGED, CREATE SEQUENCE, a rename.
 func unlogs(n *pg.Node) bool {
 	w := walker{}
 	w.walk(n.ProtoReflect())

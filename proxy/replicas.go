@@ -550,11 +550,14 @@ const volatilitySQL = "select n, coalesce(bool_or(p.provolatile = 'v'), true) fr
 
 // unloggedSQL looks up relation names in pg_class: one row per name, true
 // when a relation of that name in any schema is UNLOGGED (a hot standby
-// refuses to read it: 0A000), false when none is or none exists. The
+// refuses to read it: 0A000) or a sequence (a standby shows the value
+// WAL-logged ahead of nextval, up to 32 past the primary's last_value and
+// with log_cnt 0: PostgreSQL's regression suite, sequence.sql), false when
+// none is or none exists. The
 // schema is not looked at: the session's search_path is not the lookup
 // connection's, so a name unlogged anywhere counts (pgpool-II's
 // check_unlogged_table asks the catalog the same question).
-const unloggedSQL = "select n, coalesce(bool_or(c.relpersistence = 'u'), false) from unnest(%s::text[]) n left join pg_catalog.pg_class c on c.relname = n group by n"
+const unloggedSQL = "select n, coalesce(bool_or(c.relpersistence = 'u' or c.relkind = 'S'), false) from unnest(%s::text[]) n left join pg_catalog.pg_class c on c.relname = n group by n"
 
 // anyVolatile reports whether any of funcs is VOLATILE on the session's
 // primary (catalogFacts.any), looking missing names up in its catalog.

@@ -953,18 +953,34 @@ func (ss *session) ensureStatementSynced(l *link, name string) error {
 	return ss.inject(l, &pgproto3.Sync{}, 'Z')
 }
 
-// ensureAllPrepared prepares on l every named statement the client has,
-// of its Parses and of its SQL PREPAREs, in name order.
+// ensureAllPrepared makes l hold exactly the named statements the client
+// has, of its Parses and of its SQL PREPAREs: it prepares the missing
+// ones and closes those the client does not hold (deallocated on another
+// server: DEALLOCATE ran where it was routed), in name order.
 func (ss *session) ensureAllPrepared(l *link) error {
-	for _, name := range slices.Sorted(maps.Keys(ss.client.stmts)) {
+	names := map[string]bool{}
+	for _, m := range []map[string]string{l.st.prepared, l.st.sqlPrepared} {
+		for name := range m {
+			names[name] = true
+		}
+	}
+	for name := range ss.client.stmts {
+		names[name] = true
+	}
+	for name := range ss.client.sqlPrepared {
+		names[name] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(names)) {
 		if name == "" {
 			continue
 		}
-		if err := ss.ensureStatementSynced(l, name); err != nil {
-			return err
+		if _, parsed := ss.client.stmts[name]; parsed {
+			if err := ss.ensureStatementSynced(l, name); err != nil {
+				return err
+			}
+			continue
 		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(ss.client.sqlPrepared)) {
+		// The client's SQL statement, or one it does not hold (closed).
 		if err := ss.ensureSQLStatement(l, name, 0); err != nil {
 			return err
 		}

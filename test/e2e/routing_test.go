@@ -1578,3 +1578,43 @@ func TestSQLPrepareForHiddenExecute(t *testing.T) {
 		t.Fatal("EXECUTE of the prepared read never ran on a replica")
 	}
 }
+
+// TestSequencesReadOnPrimary: a hot standby shows a sequence as WAL-logged
+// ahead of nextval (last_value up to 32 past the primary's, log_cnt 0), so
+// a read of a sequence relation runs on the primary, as one of an
+// UNLOGGED table does; and DISCARD SEQUENCES discards the primary's
+// nextval cache, which currval reads (PostgreSQL's regression suite,
+// sequence.sql, found both: last_value 33 where PostgreSQL says 2, and a
+// currval after DISCARD SEQUENCES that answered 99).
+func TestSequencesReadOnPrimary(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 30*time.Second)
+	px := routedProxy(t, cl, kinetictest.Params{})
+	c, err := pgx.Connect(ctx, px.AppDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	// The name is looked up before the sequence exists (cached: no
+	// relation), then made: CREATE SEQUENCE makes the proxy look again.
+	if _, err := c.Exec(ctx, "select 1 from pg_class where false and exists (select from kinetic_seq_read)", pgx.QueryExecModeSimpleProtocol); err == nil {
+		t.Fatal("a read of a relation that does not exist yet succeeded")
+	}
+	mustExec(t, ctx, c, "drop sequence if exists kinetic_seq_read; create sequence kinetic_seq_read")
+	for range 2 {
+		mustExec(t, ctx, c, "select nextval('kinetic_seq_read')")
+	}
+	var last, logCnt int64
+	var port int
+	if err := c.QueryRow(ctx, "select last_value, log_cnt, inet_server_port() from kinetic_seq_read", pgx.QueryExecModeSimpleProtocol).Scan(&last, &logCnt, &port); err != nil {
+		t.Fatal(err)
+	}
+	if port != cl.Primary.Port || last != 2 || logCnt < 31 {
+		t.Fatalf("the sequence read: last_value %d, log_cnt %d on %d; want 2, 31 or 32 on the primary %d", last, logCnt, port, cl.Primary.Port)
+	}
+	mustExec(t, ctx, c, "discard sequences")
+	_, err = c.Exec(ctx, "select currval('kinetic_seq_read')", pgx.QueryExecModeSimpleProtocol)
+	if pgCode(err) != "55000" {
+		t.Fatalf("currval after DISCARD SEQUENCES: %v, want 55000 (not yet defined in this session)", err)
+	}
+}
