@@ -100,9 +100,12 @@
 // temporary tables, WITH HOLD cursors and advisory locks across
 // transactions. KINETIC_CONFORMANCE_REGRESS_TESTS="test_setup insert"
 // runs those scripts instead of the schedule; with KINETIC_CONFORMANCE_OUT
-// each target's results/ are kept under DIR/pg_regress. It found four
-// ways a session routed to replicas saw other settings or prepared
-// statements than directly (docs/behaviour.md, "Session state").
+// each target's results/ are kept under DIR/pg_regress. On its first
+// runs it found ten ways a routed session differed from PostgreSQL: its
+// role, session authorization, DateStyle and prepared statements on one
+// server and not another, a RESET that missed a setting a DO block made,
+// a role passed on to the next client in transaction pooling, sequences
+// read on a replica, DISCARD SEQUENCES run on one (docs/behaviour.md).
 //
 // Results come from go tool test2json (the binaries run with
 // -test.v=test2json and -test.timeout=8m). Only top-level tests count; a
