@@ -79,7 +79,7 @@ command -v node >/dev/null 2>&1 || clients+=(nodejs)
 # with Debian's package.
 command -v npm >/dev/null 2>&1 || clients+=(npm)
 if [ ${#clients[@]} -eq 0 ]; then
-	say "client drivers (psycopg2, psycopg 3, pgJDBC, JDK, Node.js, npm) are installed"
+	say "client drivers (psycopg2, psycopg 3, pgJDBC, JDK, Node.js, npm) and the server headers are installed"
 else
 	command -v apt-get >/dev/null 2>&1 ||
 		die "missing ${clients[*]} and no apt-get here; install them by hand (test/compat needs them)"
