@@ -101,7 +101,7 @@
 // transactions. KINETIC_CONFORMANCE_REGRESS_TESTS="test_setup insert"
 // runs those scripts instead of the schedule; with KINETIC_CONFORMANCE_OUT
 // each target's results/ are kept under DIR/pg_regress. On its first
-// runs it found ten ways a routed session differed from PostgreSQL: its
+// runs it found eleven ways a routed session differed from PostgreSQL: its
 // role, session authorization, DateStyle and prepared statements on one
 // server and not another, a RESET that missed a setting a DO block made,
 // a role passed on to the next client in transaction pooling, sequences
