@@ -509,6 +509,11 @@
 //     1207081 with +flushsync, 8,000 a mode: 0 / 0 / 0 / 0. 1207082
 //     widened with +flushsync, 3,000 a mode: 0 / 0 / 0 / 0. 1207083, 8,000
 //     a mode: 0 / 0 / 0 / 0.
+//   - 2026-12-07, seventh session, after the settings epoch, the replay's
+//     RESET of role and session authorization, SQL PREPARE on the primary
+//     and sequences read there (75efc98, c0f77ee, a368f80): 1207085,
+//     3,000 a mode: 0 / 0 / 0 / 0. 1207086 widened with +flushsync,
+//     1,500 a mode: 0 / 0 / 0 / 0.
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
