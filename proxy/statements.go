@@ -974,18 +974,22 @@ func (ss *session) ensureAllPrepared(l *link) error {
 		if name == "" {
 			continue
 		}
-		if _, parsed := ss.client.stmts[name]; parsed {
-			if err := ss.ensureStatementSynced(l, name); err != nil {
-				return err
-			}
-			continue
-		}
-		// The client's SQL statement, or one it does not hold (closed).
-		if err := ss.ensureSQLStatement(l, name, 0); err != nil {
+		// (One the client does not hold is closed.)
+		if err := ss.ensureExecutable(l, name); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ensureExecutable makes l hold the client's statement name as SQL
+// EXECUTE name finds it: of a Parse or of a SQL PREPARE (one namespace),
+// or none (a statement of that name l holds is closed).
+func (ss *session) ensureExecutable(l *link, name string) error {
+	if _, parsed := ss.client.stmts[name]; parsed {
+		return ss.ensureStatementSynced(l, name)
+	}
+	return ss.ensureSQLStatement(l, name, 0)
 }
 
 // ensureSQLStatement replays the client's SQL PREPARE of name on l when
@@ -1768,11 +1772,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 	for _, st := range d.Statements {
 		if st.Executes != "" {
 			// CREATE TABLE AS EXECUTE name: as EXECUTE name.
-			if _, parsed := ss.client.stmts[st.Executes]; parsed {
-				if err := ss.ensureStatementSynced(l, st.Executes); err != nil {
-					return err
-				}
-			} else if err := ss.ensureSQLStatement(l, st.Executes, 0); err != nil {
+			if err := ss.ensureExecutable(l, st.Executes); err != nil {
 				return err
 			}
 		}
@@ -1789,14 +1789,7 @@ func (ss *session) ensureSQLPrepared(l *link, d *classify.Decision, text string)
 		}
 		switch st.Effect {
 		case classify.EffectExecute:
-			if _, parsed := ss.client.stmts[st.PrepareName]; parsed {
-				// EXECUTE of a statement from a Parse (one namespace).
-				if err := ss.ensureStatementSynced(l, st.PrepareName); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := ss.ensureSQLStatement(l, st.PrepareName, 0); err != nil {
+			if err := ss.ensureExecutable(l, st.PrepareName); err != nil {
 				return err
 			}
 		case classify.EffectPrepare:
