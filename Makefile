@@ -9,7 +9,7 @@
 #                      target (CI_FUZZTIME), then make deploy-check
 #   make conformance   pgx's, lib/pq's, bun pgdriver's and go-pg's own test suites directly
 #                      and through kineticd in four configurations, and PostgreSQL's
-#                      regression suite in session pooling (test/conformance,
+#                      regression suite in the same four (test/conformance,
 #                      ~20 minutes, no -race)
 #   make differential  10,000 seeded random protocol sequences per mode, each
 #                      replayed against PostgreSQL and through kineticd in four
@@ -91,7 +91,7 @@ deploy-check: check-systemd check-deb check-image check-helm
 
 # pgx's, lib/pq's, bun pgdriver's and go-pg's test suites against PostgreSQL and through kineticd (session and
 # transaction pooling, read routing off and on), and PostgreSQL's regression
-# suite (session pooling); test/conformance/doc.go.
+# suite (the same four); test/conformance/doc.go.
 # go test ./... above skips it: it runs only with KINETIC_CONFORMANCE=1.
 # Without -race: kineticd runs as its own binary (kinetictest.StartProcess),
 # and pgx's timing-sensitive tests are meant to run at full speed.

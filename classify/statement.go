@@ -466,6 +466,10 @@ func createsTemp(n any) bool {
 		return tempQualified(n.CreateRangeStmt.GetTypeName())
 	case *pg.Node_CreateDomainStmt:
 		return tempQualified(n.CreateDomainStmt.GetDomainname())
+	case *pg.Node_CreateStatsStmt:
+		return tempQualified(n.CreateStatsStmt.GetDefnames())
+	case *pg.Node_CreateConversionStmt:
+		return tempQualified(n.CreateConversionStmt.GetConversionName())
 	}
 	return false
 }

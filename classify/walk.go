@@ -48,6 +48,10 @@ func (w *walker) walk(m protoreflect.Message) {
 		w.dml = true
 	case *pg.IntoClause:
 		w.into = true
+		// CREATE TABLE pg_temp.t AS …, SELECT … INTO pg_temp.t: a
+		// temporary table without the TEMP keyword (the raw parse tree
+		// says relpersistence 'p' until the schema is looked up).
+		w.temp = w.temp || isTempSchema(n.GetRel().GetSchemaname())
 	case *pg.RangeVar:
 		if n.GetRelpersistence() == "t" {
 			w.temp = true

@@ -2921,7 +2921,14 @@ func (ss *session) applySetting(s classify.Setting) {
 func withSetting(session, startup []setting, s classify.Setting) []setting {
 	name := strings.ToLower(s.Name)
 	if s.Reset && name == "" { // RESET ALL
-		return nil
+		// Placeholders stay, empty (customized).
+		var kept []setting
+		for _, x := range session {
+			if customized(x.name) && !slices.ContainsFunc(kept, func(k setting) bool { return strings.EqualFold(k.name, x.name) }) {
+				kept = append(kept, setting{name: x.name, reset: true})
+			}
+		}
+		return kept
 	}
 	value := s.Value
 	if !s.Reset && name == "datestyle" {
@@ -2942,8 +2949,12 @@ func withSetting(session, startup []setting, s classify.Setting) []setting {
 	// RESET returns to the startup value, which set_config replays.
 	for _, st := range startup {
 		if strings.ToLower(st.name) == name {
-			kept = append(kept, st)
+			return append(kept, st)
 		}
+	}
+	if customized(name) {
+		// A placeholder, empty from now on where the session goes.
+		return append(kept, setting{name: s.Name, reset: true})
 	}
 	return kept
 }

@@ -215,7 +215,7 @@ func FuzzStartupOptions(f *testing.F) {
 		}
 		again, err := parseOptions(b.String())
 		if err != nil || !reflect.DeepEqual(again, got) && len(again)+len(got) > 0 {
-			t.Fatalf("options %q read as %q, written back as %q, read again as %q (%v)", opts, got, b.String(), again, err)
+			t.Fatalf("options %q read as %v, written back as %q, read again as %v (%v)", opts, got, b.String(), again, err)
 		}
 		if q := settingsQuery(got); len(got) > 0 && strings.Count(q, "set_config(") != len(got) {
 			t.Fatalf("settings query %q for %d settings", q, len(got))

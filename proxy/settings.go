@@ -8,9 +8,20 @@ import (
 	"github.com/pg-kinetic/pg-kinetic/classify"
 )
 
-// setting is one run-time parameter a client asked for at startup, applied
-// with set_config on every server connection the session uses.
-type setting struct{ name, value string }
+// setting is one run-time parameter a client asked for at startup or with
+// SET, applied with set_config on every server connection the session
+// uses. reset is a RESET of a placeholder (customized option, below):
+// set_config with a NULL value, which defines it empty.
+type setting struct {
+	name, value string
+	reset       bool
+}
+
+// customized reports whether name is a customized option's (a dotted
+// name, e.g. myapp.tenant): where no module defines it, PostgreSQL keeps
+// a placeholder for it once set, and RESET and RESET ALL make it empty
+// instead of forgetting it (SHOW and current_setting still answer).
+func customized(name string) bool { return strings.Contains(name, ".") }
 
 // replayedSettings is the session state replayed on every server the
 // session uses (session.mu.settings).
@@ -48,7 +59,7 @@ func startupSettings(params map[string]string) ([]setting, error) {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		out = append(out, setting{k, params[k]})
+		out = append(out, setting{name: k, value: params[k]})
 	}
 	return out, nil
 }
@@ -106,7 +117,7 @@ func parseOptions(s string) ([]setting, error) {
 		if !ok || name == "" {
 			return nil, fatalf(codeProtocolViolation, "invalid startup option %q: expected name=value", kv)
 		}
-		out = append(out, setting{strings.ReplaceAll(name, "-", "_"), value})
+		out = append(out, setting{name: strings.ReplaceAll(name, "-", "_"), value: value})
 	}
 	return out, nil
 }
@@ -127,7 +138,11 @@ func settingsQuery(settings []setting) string {
 		b.WriteString("pg_catalog.set_config(")
 		b.WriteString(quoteLiteral(s.name))
 		b.WriteString(", ")
-		b.WriteString(quoteLiteral(s.value))
+		if s.reset {
+			b.WriteString("NULL")
+		} else {
+			b.WriteString(quoteLiteral(s.value))
+		}
 		b.WriteString(", false)")
 	}
 	return b.String()

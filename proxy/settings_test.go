@@ -16,11 +16,11 @@ func TestStartupSettings(t *testing.T) {
 		wantErr bool
 	}{
 		{"plain", map[string]string{"user": "u", "database": "d", "application_name": "psql", "client_encoding": "UTF8"},
-			[]setting{{"application_name", "psql"}, {"client_encoding", "UTF8"}}, false},
+			[]setting{{name: "application_name", value: "psql"}, {name: "client_encoding", value: "UTF8"}}, false},
 		{"options first", map[string]string{"user": "u", "options": "-c search_path=a,b --statement-timeout=5s", "DateStyle": "ISO"},
-			[]setting{{"search_path", "a,b"}, {"statement_timeout", "5s"}, {"DateStyle", "ISO"}}, false},
+			[]setting{{name: "search_path", value: "a,b"}, {name: "statement_timeout", value: "5s"}, {name: "DateStyle", value: "ISO"}}, false},
 		{"escaped space", map[string]string{"options": `-c application_name=my\ app -cwork_mem=64MB`},
-			[]setting{{"application_name", "my app"}, {"work_mem", "64MB"}}, false},
+			[]setting{{name: "application_name", value: "my app"}, {name: "work_mem", value: "64MB"}}, false},
 		{"protocol extensions dropped", map[string]string{"_pq_.foo": "x", "replication": "database"}, nil, false},
 		{"unsupported switch", map[string]string{"options": "-d 5"}, nil, true},
 		{"dangling -c", map[string]string{"options": "-c"}, nil, true},
@@ -37,7 +37,7 @@ func TestStartupSettings(t *testing.T) {
 }
 
 func TestSettingsQueryQuotes(t *testing.T) {
-	got := settingsQuery([]setting{{"application_name", "it's"}, {"search_path", `"$user", public`}})
+	got := settingsQuery([]setting{{name: "application_name", value: "it's"}, {name: "search_path", value: `"$user", public`}})
 	want := `SELECT pg_catalog.set_config('application_name', 'it''s', false), pg_catalog.set_config('search_path', '"$user", public', false)`
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
@@ -50,11 +50,11 @@ func TestSerializableByDefault(t *testing.T) {
 		want             bool
 	}{
 		{nil, nil, false},
-		{[]setting{{"default_transaction_isolation", "serializable"}}, nil, true},
-		{[]setting{{"Default_Transaction_Isolation", "'SERIALIZABLE'"}}, nil, true},
-		{[]setting{{"default_transaction_isolation", "serializable"}}, []setting{{"default_transaction_isolation", "read committed"}}, false},
-		{nil, []setting{{"application_name", "x"}, {"default_transaction_isolation", "serializable"}}, true},
-		{[]setting{{"default_transaction_isolation", "repeatable read"}}, nil, false},
+		{[]setting{{name: "default_transaction_isolation", value: "serializable"}}, nil, true},
+		{[]setting{{name: "Default_Transaction_Isolation", value: "'SERIALIZABLE'"}}, nil, true},
+		{[]setting{{name: "default_transaction_isolation", value: "serializable"}}, []setting{{name: "default_transaction_isolation", value: "read committed"}}, false},
+		{nil, []setting{{name: "application_name", value: "x"}, {name: "default_transaction_isolation", value: "serializable"}}, true},
+		{[]setting{{name: "default_transaction_isolation", value: "repeatable read"}}, nil, false},
 	} {
 		if got := serializableByDefault(tc.startup, tc.session); got != tc.want {
 			t.Errorf("serializableByDefault(%v, %v) = %v, want %v", tc.startup, tc.session, got, tc.want)
@@ -67,7 +67,7 @@ func TestSerializableByDefault(t *testing.T) {
 // same session (PostgreSQL's regression suite found both of the cases
 // below differing on a replica: date.sql, rowsecurity.sql).
 func TestWithSetting(t *testing.T) {
-	startup := []setting{{"DateStyle", "Postgres, MDY"}}
+	startup := []setting{{name: "DateStyle", value: "Postgres, MDY"}}
 	set := func(name, value string) classify.Setting { return classify.Setting{Name: name, Value: value} }
 	reset := func(name string) classify.Setting { return classify.Setting{Name: name, Reset: true} }
 	for _, tc := range []struct {
@@ -96,6 +96,14 @@ func TestWithSetting(t *testing.T) {
 			[]classify.Setting{set("session_authorization", "alice"), set("role", "bob"), reset("session_authorization")}, ""},
 		{"SET ROLE after SET SESSION AUTHORIZATION stays", nil,
 			[]classify.Setting{set("session_authorization", "alice"), set("role", "bob")}, "session_authorization=alice role=bob"},
+		{"RESET of a placeholder leaves it defined, empty", nil,
+			[]classify.Setting{set("custom.my_guc", "foo"), reset("custom.my_guc")}, "custom.my_guc=NULL"},
+		{"RESET ALL leaves placeholders defined, empty", nil,
+			[]classify.Setting{set("work_mem", "1MB"), set("custom.a", "1"), set("Custom.A", "2"), set("custom.b", "3"), {Reset: true}}, "Custom.A=NULL custom.b=NULL"},
+		{"RESET of a placeholder set at startup returns to it", []setting{{name: "custom.a", value: "x"}},
+			[]classify.Setting{set("custom.a", "y"), reset("custom.a")}, "custom.a=x"},
+		{"RESET of a built-in setting forgets it", nil,
+			[]classify.Setting{set("work_mem", "1MB"), reset("work_mem")}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var session []setting
@@ -104,7 +112,11 @@ func TestWithSetting(t *testing.T) {
 			}
 			var got []string
 			for _, s := range session {
-				got = append(got, s.name+"="+s.value)
+				if s.reset {
+					got = append(got, s.name+"=NULL")
+				} else {
+					got = append(got, s.name+"="+s.value)
+				}
 			}
 			if g := strings.Join(got, " "); g != tc.want {
 				t.Errorf("got %q, want %q", g, tc.want)

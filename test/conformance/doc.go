@@ -90,22 +90,32 @@
 // regress.so; scripts/pg-regress.sh fetches the release's source from
 // Debian's archive and builds it, install-deps.sh runs it) directly
 // against a primary with two standbys, then through kineticd in session
-// pooling with routing off and with prefer_replica, each time in a new
-// database regression as the superuser. Its judge is not the expected
+// and transaction pooling with routing off and with prefer_replica, each
+// time in a new database regression as the superuser. Its judge is not the expected
 // files but the same scripts' output directly: every script's output
 // through kineticd must be the same byte for byte, except where
 // regressAllowed (regress_test.go) names the statement whose output a
 // pooler changes by design (a reused server connection) and the target it
-// does it on. Transaction pooling is not a target: the scripts keep
-// temporary tables, WITH HOLD cursors and advisory locks across
-// transactions. KINETIC_CONFORMANCE_REGRESS_TESTS="test_setup insert"
-// runs those scripts instead of the schedule; with KINETIC_CONFORMANCE_OUT
-// each target's results/ are kept under DIR/pg_regress. On its first
+// does it on; every hunk of a script's difference must be named so. In
+// transaction pooling that includes what is the state of a server process
+// and follows no client (currval, pg_prepared_statements, unflushed
+// statistics, a C function's static variable), as behind PgBouncer;
+// temporary tables, WITH HOLD cursors and advisory locks pin the session
+// and differ in nothing. KINETIC_CONFORMANCE_REGRESS_TESTS="test_setup
+// insert" runs those scripts instead of the schedule,
+// KINETIC_CONFORMANCE_REGRESS_TARGETS="transaction/routed" those targets;
+// with KINETIC_CONFORMANCE_OUT each target's results/ are kept under
+// DIR/pg_regress. On its first
 // runs it found eleven ways a routed session differed from PostgreSQL: its
 // role, session authorization, DateStyle and prepared statements on one
 // server and not another, a RESET that missed a setting a DO block made,
 // a role passed on to the next client in transaction pooling, sequences
 // read on a replica, DISCARD SEQUENCES run on one (docs/behaviour.md).
+// Transaction pooling, added as a target on 2026-12-07, found two more:
+// objects made in pg_temp by name (CREATE STATISTICS pg_temp.s, CREATE
+// TABLE pg_temp.t AS …) did not pin the session, and a placeholder
+// (custom.name) RESET was undefined on the session's next server
+// connection instead of empty.
 //
 // Results come from go tool test2json (the binaries run with
 // -test.v=test2json and -test.timeout=8m). Only top-level tests count; a

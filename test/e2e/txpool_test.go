@@ -300,6 +300,114 @@ func TestTxPoolPinnedSessionKeepsItsServer(t *testing.T) {
 	}
 }
 
+// TestTxPoolTempSchemaObjectsPin: an object created in the temporary
+// schema by naming it (pg_temp.name, no TEMP keyword) pins the session as
+// CREATE TEMP TABLE does; without the pin the next transaction runs on
+// another server connection, where the object does not exist, and the
+// temporary schema goes on to the next client of the first one.
+// PostgreSQL's regression suite in transaction pooling found CREATE
+// STATISTICS pg_temp.… (stats_ext.sql) not pinning.
+func TestTxPoolTempSchemaObjectsPin(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	cases := []struct{ name, create, check string }{
+		{"create table as", "create table pg_temp.txpin_t as select 7 as x", "select x from pg_temp.txpin_t"},
+		{"select into", "select 7 as x into pg_temp.txpin_t", "select x from pg_temp.txpin_t"},
+		{"create statistics", "create statistics pg_temp.txpin_st on a, b from txpin_base",
+			"select count(*) * 7 from pg_statistic_ext where stxname = 'txpin_st' and stxnamespace = pg_my_temp_schema()"},
+		{"create conversion", "create conversion pg_temp.txpin_cv for 'LATIN1' to 'UTF8' from iso8859_1_to_utf8",
+			"select count(*) * 7 from pg_conversion where conname = 'txpin_cv' and connamespace = pg_my_temp_schema()"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			px := txProxy(t, cl, 2)
+			pinned := connect(t, ctx, px.AppDSN())
+			other := connect(t, ctx, px.AppDSN())
+			if _, err := pinned.Exec(ctx, "create table if not exists txpin_base (a int, b int)"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pinned.Exec(ctx, tc.create); err != nil {
+				t.Fatal(err)
+			}
+			pid := queryInt(t, ctx, pinned, "select pg_backend_pid()")
+			// The other client holds a server connection in a transaction:
+			// the pooled one, unless the first session kept it.
+			tx, err := other.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var otherPID int64
+			if err := tx.QueryRow(ctx, "select pg_backend_pid()").Scan(&otherPID); err != nil {
+				t.Fatal(err)
+			}
+			if otherPID == pid {
+				t.Fatalf("another client's transaction runs on server process %d, which holds the first session's temporary schema", pid)
+			}
+			if got := queryInt(t, ctx, pinned, tc.check); got != 7 {
+				t.Fatalf("%s = %d through the pinned session, want 7", tc.check, got)
+			}
+			if got := queryInt(t, ctx, pinned, "select pg_backend_pid()"); got != pid {
+				t.Fatalf("session moved from server process %d to %d", pid, got)
+			}
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestTxPoolResetPlaceholderStaysDefined: a customized option (a dotted
+// name no module defines) that the client set and then RESET, or RESET
+// ALL, is defined and empty on PostgreSQL; on another server connection
+// of the pool it was undefined (SHOW failed with 42704). PostgreSQL's
+// regression suite in transaction pooling found it (guc.sql).
+func TestTxPoolResetPlaceholderStaysDefined(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	for _, reset := range []string{"reset kinetic_e2e.my_guc", "reset all"} {
+		t.Run(reset, func(t *testing.T) {
+			px := txProxy(t, cl, 2)
+			c := connect(t, ctx, px.AppDSN())
+			other := connect(t, ctx, px.AppDSN())
+			if _, err := c.Exec(ctx, "set kinetic_e2e.my_guc = 'foo'"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Exec(ctx, reset); err != nil {
+				t.Fatal(err)
+			}
+			pid := queryInt(t, ctx, c, "select pg_backend_pid()")
+			// The other client takes that server connection, so the next
+			// statement runs on another.
+			tx, err := other.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			var otherPID int64
+			if err := tx.QueryRow(ctx, "select pg_backend_pid()").Scan(&otherPID); err != nil {
+				t.Fatal(err)
+			}
+			if otherPID != pid {
+				t.Fatalf("setup: the other client's transaction runs on process %d, not on the idle %d", otherPID, pid)
+			}
+			var shown, current string
+			var now int64
+			if err := c.QueryRow(ctx, "select current_setting('kinetic_e2e.my_guc'), pg_backend_pid()").Scan(&current, &now); err != nil {
+				t.Fatalf("current_setting after %s on another server connection: %v", reset, err)
+			}
+			if now == pid {
+				t.Fatalf("setup: still on process %d", pid)
+			}
+			if err := c.QueryRow(ctx, "show kinetic_e2e.my_guc").Scan(&shown); err != nil {
+				t.Fatalf("SHOW after %s on another server connection: %v", reset, err)
+			}
+			if current != "" || shown != "" {
+				t.Fatalf("after %s: current_setting %q, SHOW %q; PostgreSQL says empty", reset, current, shown)
+			}
+		})
+	}
+}
+
 // TestTxPoolClientPIDIsNotAServer: with no server bound to a session, the
 // BackendKeyData process ID is the proxy's own, and cancelling through it
 // still reaches the query (TestCancelByContext runs in both modes).
