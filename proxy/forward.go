@@ -2771,7 +2771,8 @@ func (ss *session) settleEffects(n, drop int, ok bool) {
 				ss.applySetting(e.setting)
 			case classify.EffectDiscardAll:
 				// (Its statements went when it was sent: discardNow.)
-				ss.mu.settings.session = nil
+				// Its RESET ALL keeps placeholders, empty.
+				ss.mu.settings.session = withSetting(ss.mu.settings.session, ss.mu.settings.startup, classify.Setting{Reset: true})
 				ss.mu.pinned = ""
 				ss.mu.settings.discardGen++
 				if ss.mu.cur != nil {
@@ -2977,7 +2978,7 @@ func (ss *session) movedSettingsKeyLocked() string {
 		case e.kind == classify.EffectSet:
 			sess = withSetting(sess, ss.mu.settings.startup, e.setting)
 		case e.kind == classify.EffectDiscardAll:
-			sess = nil
+			sess = withSetting(sess, ss.mu.settings.startup, classify.Setting{Reset: true})
 		}
 	}
 	return settingsQuery(append(slices.Clip(ss.mu.settings.startup), sess...))

@@ -176,6 +176,10 @@ type injection struct {
 	// the message it prepares now (skippedInFailedTx).
 	batch *batch
 	at    int
+	// executedBy: how many ensureExecutedBy calls are under way, one
+	// inside another (statements that EXECUTE each other: A is EXECUTE
+	// B, B was Parsed again as EXECUTE A).
+	executedBy int
 }
 
 // session is one client connection. Its fields outside mu are owned by

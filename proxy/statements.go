@@ -212,6 +212,9 @@ func (ss *session) ensureStatementCheck(l *link, name string, use byte, check bo
 	if ss.skippedInFailedTx() {
 		return nil
 	}
+	if err := ss.ensureExecutedBy(l, want.query); err != nil {
+		return err
+	}
 	var p pgproto3.Parse
 	if err := p.Decode([]byte(want.parse)); err != nil {
 		return err
@@ -975,6 +978,35 @@ func (ss *session) ensureAllPrepared(l *link) error {
 			continue
 		}
 		// (One the client does not hold is closed.)
+		if err := ss.ensureExecutable(l, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureExecutedBy makes l hold the SQL-prepared statements a statement
+// text names (EXECUTE name, EXPLAIN EXECUTE name, CREATE TABLE … AS
+// EXECUTE name) ahead of a Parse of that text there: PostgreSQL looks
+// the name up at Parse, and a Describe of the statement answers that
+// statement's result columns (psql's \gdesc of EXECUTE is a Parse, then
+// a Describe in a batch of its own, which in transaction pooling may run
+// on another server connection, one holding another client's statement
+// of the same name).
+func (ss *session) ensureExecutedBy(l *link, query string) error {
+	if !containsFold(query, "execute") || ss.inj.executedBy > 2 {
+		return nil
+	}
+	ss.inj.executedBy++
+	defer func() { ss.inj.executedBy-- }()
+	for _, st := range ss.classifier.Classify(query).Statements {
+		name := st.Executes
+		if st.Effect == classify.EffectExecute {
+			name = st.PrepareName
+		}
+		if name == "" {
+			continue
+		}
 		if err := ss.ensureExecutable(l, name); err != nil {
 			return err
 		}

@@ -111,11 +111,12 @@
 // server and not another, a RESET that missed a setting a DO block made,
 // a role passed on to the next client in transaction pooling, sequences
 // read on a replica, DISCARD SEQUENCES run on one (docs/behaviour.md).
-// Transaction pooling, added as a target on 2026-12-07, found two more:
+// Transaction pooling, added as a target on 2026-12-07, found three more:
 // objects made in pg_temp by name (CREATE STATISTICS pg_temp.s, CREATE
-// TABLE pg_temp.t AS …) did not pin the session, and a placeholder
+// TABLE pg_temp.t AS …) did not pin the session, a placeholder
 // (custom.name) RESET was undefined on the session's next server
-// connection instead of empty.
+// connection instead of empty, and psql's \gdesc of EXECUTE test
+// described another client's statement test.
 //
 // Results come from go tool test2json (the binaries run with
 // -test.v=test2json and -test.timeout=8m). Only top-level tests count; a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
@@ -357,14 +359,14 @@ func TestTxPoolTempSchemaObjectsPin(t *testing.T) {
 }
 
 // TestTxPoolResetPlaceholderStaysDefined: a customized option (a dotted
-// name no module defines) that the client set and then RESET, or RESET
-// ALL, is defined and empty on PostgreSQL; on another server connection
+// name no module defines) that the client set and then RESET, RESET ALL or
+// DISCARD ALL, is defined and empty on PostgreSQL; on another server connection
 // of the pool it was undefined (SHOW failed with 42704). PostgreSQL's
 // regression suite in transaction pooling found it (guc.sql).
 func TestTxPoolResetPlaceholderStaysDefined(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 60*time.Second)
-	for _, reset := range []string{"reset kinetic_e2e.my_guc", "reset all"} {
+	for _, reset := range []string{"reset kinetic_e2e.my_guc", "reset all", "discard all"} {
 		t.Run(reset, func(t *testing.T) {
 			px := txProxy(t, cl, 2)
 			c := connect(t, ctx, px.AppDSN())
@@ -403,6 +405,115 @@ func TestTxPoolResetPlaceholderStaysDefined(t *testing.T) {
 			}
 			if current != "" || shown != "" {
 				t.Fatalf("after %s: current_setting %q, SHOW %q; PostgreSQL says empty", reset, current, shown)
+			}
+		})
+	}
+}
+
+// TestTxPoolDescribeOfExecute: psql's \gdesc of "EXECUTE test" is a Parse
+// in a batch of its own, then a Describe in another: in transaction
+// pooling the Describe may run on another server connection, where the
+// proxy Parses the statement again, and that connection may hold another
+// client's statement called test. PostgreSQL answers the client's test's
+// columns; until 2026-12-07 the proxy Parsed "EXECUTE test" there without
+// making test the client's, and the Describe answered NoData (the other
+// client's DELETE; PostgreSQL's regression suite in transaction pooling,
+// psql.sql after transactions.sql). Statements that EXECUTE each other
+// (a cycle a Close and a Parse can make) neither hang nor crash the proxy.
+func TestTxPoolDescribeOfExecute(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	// roundTrip sends msgs and a Sync, and returns what came back before
+	// ReadyForQuery.
+	roundTrip := func(t *testing.T, c *pgx.Conn, msgs ...pgproto3.FrontendMessage) []pgproto3.BackendMessage {
+		t.Helper()
+		fe := c.PgConn().Frontend()
+		for _, m := range msgs {
+			fe.Send(m)
+		}
+		fe.Send(&pgproto3.Sync{})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var got []pgproto3.BackendMessage
+		for {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.ReadyForQuery:
+				return got
+			case *pgproto3.RowDescription:
+				got = append(got, &pgproto3.RowDescription{Fields: slices.Clone(m.Fields)})
+			case *pgproto3.ErrorResponse:
+				e := *m
+				got = append(got, &e)
+			default:
+				got = append(got, m)
+			}
+		}
+	}
+	for _, routing := range []string{"off", "prefer_replica"} {
+		t.Run(routing, func(t *testing.T) {
+			px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: 2, AcquireTimeout: 5000, ReadRoutingMode: routing})
+			other := connect(t, ctx, px.AppDSN())
+			c := connect(t, ctx, px.AppDSN())
+			if _, err := other.Exec(ctx, "create table if not exists txdesc_t (a int)"); err != nil {
+				t.Fatal(err)
+			}
+			// The other client's test, on the connection it holds.
+			if _, err := other.Exec(ctx, "begin"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := other.Exec(ctx, "prepare test as delete from txdesc_t where false"); err != nil {
+				t.Fatal(err)
+			}
+			otherPID := queryInt(t, ctx, other, "select pg_backend_pid()")
+			if _, err := c.Exec(ctx, "prepare test as select 1 as first, 2 as second"); err != nil {
+				t.Fatal(err)
+			}
+			roundTrip(t, c, &pgproto3.Parse{Query: "execute test"})
+			if _, err := other.Exec(ctx, "commit"); err != nil {
+				t.Fatal(err)
+			}
+			// The other client's connection is the idle one now: the
+			// Describe runs there.
+			got := roundTrip(t, c, &pgproto3.Describe{ObjectType: 'S'})
+			var cols []string
+			for _, m := range got {
+				if rd, ok := m.(*pgproto3.RowDescription); ok {
+					for _, f := range rd.Fields {
+						cols = append(cols, string(f.Name))
+					}
+				}
+			}
+			if !slices.Equal(cols, []string{"first", "second"}) {
+				var kinds []string
+				for _, m := range got {
+					kinds = append(kinds, fmt.Sprintf("%T", m))
+				}
+				t.Errorf("Describe of the statement EXECUTE test: columns %q (answer %v), want first, second", cols, kinds)
+			}
+			if pid := queryInt(t, ctx, c, "select pg_backend_pid()"); pid != otherPID {
+				t.Logf("the session's next statement ran on process %d, not on %d (the other client's)", pid, otherPID)
+			}
+
+			// A cycle: a is EXECUTE b, and b, Parsed again, EXECUTE a.
+			roundTrip(t, c, &pgproto3.Parse{Name: "b", Query: "select 1"}, &pgproto3.Parse{Name: "a", Query: "execute b"})
+			roundTrip(t, c, &pgproto3.Close{ObjectType: 'S', Name: "b"}, &pgproto3.Parse{Name: "b", Query: "execute a"})
+			if _, err := other.Exec(ctx, "begin"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := other.Exec(ctx, "select 1"); err != nil {
+				t.Fatal(err)
+			}
+			roundTrip(t, c, &pgproto3.Describe{ObjectType: 'S', Name: "a"})
+			if _, err := other.Exec(ctx, "rollback"); err != nil {
+				t.Fatal(err)
+			}
+			if got := queryInt(t, ctx, c, "select 7"); got != 7 {
+				t.Fatalf("after the cycle: %d", got)
 			}
 		})
 	}
