@@ -2771,8 +2771,11 @@ func (ss *session) settleEffects(n, drop int, ok bool) {
 				ss.applySetting(e.setting)
 			case classify.EffectDiscardAll:
 				// (Its statements went when it was sent: discardNow.)
-				// Its RESET ALL keeps placeholders, empty.
-				ss.mu.settings.session = withSetting(ss.mu.settings.session, ss.mu.settings.startup, classify.Setting{Reset: true})
+				// (Its RESET ALL keeps placeholders, empty, on
+				// PostgreSQL; the record forgets them: a replay of one
+				// whose prefix a module reserved since would fail, and
+				// every setting with it: docs/behaviour.md.)
+				ss.mu.settings.session = nil
 				ss.mu.pinned = ""
 				ss.mu.settings.discardGen++
 				if ss.mu.cur != nil {
@@ -2978,7 +2981,7 @@ func (ss *session) movedSettingsKeyLocked() string {
 		case e.kind == classify.EffectSet:
 			sess = withSetting(sess, ss.mu.settings.startup, e.setting)
 		case e.kind == classify.EffectDiscardAll:
-			sess = withSetting(sess, ss.mu.settings.startup, classify.Setting{Reset: true})
+			sess = nil
 		}
 	}
 	return settingsQuery(append(slices.Clip(ss.mu.settings.startup), sess...))
