@@ -2664,8 +2664,14 @@ func (ss *session) resetSettingsOn(l *link, key string) error {
 	if err := ss.inject(l, &pgproto3.Query{String: resetAllQuery}, 'Z'); err != nil {
 		return errServerGone
 	}
-	if key != "" {
-		if err := ss.inject(l, &pgproto3.Query{String: key}, 'Z'); err != nil {
+	// One Query (one implicit transaction) per setting: a call that
+	// fails there (a placeholder whose prefix a module loaded on this
+	// connection has reserved since: SET plpgsql.x before LOAD 'plpgsql')
+	// fails alone. In one SELECT it voided every other setting, and the
+	// client's statement ran with the server's defaults (PostgreSQL's
+	// regression suite, guc.sql in transaction pooling).
+	for q := range settingsStatements(key) {
+		if err := ss.inject(l, &pgproto3.Query{String: q}, 'Z'); err != nil {
 			return errServerGone
 		}
 	}
@@ -2771,11 +2777,8 @@ func (ss *session) settleEffects(n, drop int, ok bool) {
 				ss.applySetting(e.setting)
 			case classify.EffectDiscardAll:
 				// (Its statements went when it was sent: discardNow.)
-				// (Its RESET ALL keeps placeholders, empty, on
-				// PostgreSQL; the record forgets them: a replay of one
-				// whose prefix a module reserved since would fail, and
-				// every setting with it: docs/behaviour.md.)
-				ss.mu.settings.session = nil
+				// Its RESET ALL keeps placeholders, empty.
+				ss.mu.settings.session = withSetting(ss.mu.settings.session, ss.mu.settings.startup, classify.Setting{Reset: true})
 				ss.mu.pinned = ""
 				ss.mu.settings.discardGen++
 				if ss.mu.cur != nil {
@@ -2981,7 +2984,7 @@ func (ss *session) movedSettingsKeyLocked() string {
 		case e.kind == classify.EffectSet:
 			sess = withSetting(sess, ss.mu.settings.startup, e.setting)
 		case e.kind == classify.EffectDiscardAll:
-			sess = nil
+			sess = withSetting(sess, ss.mu.settings.startup, classify.Setting{Reset: true})
 		}
 	}
 	return settingsQuery(append(slices.Clip(ss.mu.settings.startup), sess...))

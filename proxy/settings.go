@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"cmp"
+	"iter"
 	"sort"
 	"strings"
 
@@ -146,6 +147,36 @@ func settingsQuery(settings []setting) string {
 		b.WriteString(", false)")
 	}
 	return b.String()
+}
+
+// settingsStatements yields a settings key (settingsQuery) as one SELECT
+// per set_config call, in order.
+func settingsStatements(key string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		const sep, head = ", pg_catalog.set_config(", "SELECT "
+		if !strings.HasPrefix(key, head) {
+			if key != "" {
+				yield(key)
+			}
+			return
+		}
+		rest := key[len(head):]
+		quoted := false
+		start := 0
+		for i := 0; i < len(rest); i++ {
+			switch {
+			case rest[i] == '\'':
+				quoted = !quoted // ('' inside a literal toggles twice)
+			case !quoted && strings.HasPrefix(rest[i:], sep):
+				if !yield(head + rest[start:i]) {
+					return
+				}
+				start = i + 2
+				i += len(sep) - 1
+			}
+		}
+		yield(head + rest[start:])
+	}
 }
 
 // serializableByDefault reports whether settings, applied in order (the

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -122,5 +123,37 @@ func TestWithSetting(t *testing.T) {
 				t.Errorf("got %q, want %q", g, tc.want)
 			}
 		})
+	}
+}
+
+func TestSettingsStatements(t *testing.T) {
+	settings := []setting{
+		{name: "application_name", value: "it's, pg_catalog.set_config('x', 'y', false)"},
+		{name: "search_path", value: `"$user", public`},
+		{name: "custom.x", reset: true},
+	}
+	var got []string
+	for q := range settingsStatements(settingsQuery(settings)) {
+		got = append(got, q)
+	}
+	want := []string{
+		"SELECT pg_catalog.set_config('application_name', 'it''s, pg_catalog.set_config(''x'', ''y'', false)', false)",
+		`SELECT pg_catalog.set_config('search_path', '"$user", public', false)`,
+		"SELECT pg_catalog.set_config('custom.x', NULL, false)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got\n%q\nwant\n%q", got, want)
+	}
+	for i, s := range settings {
+		var one []string
+		for q := range settingsStatements(settingsQuery(settings[i : i+1])) {
+			one = append(one, q)
+		}
+		if len(one) != 1 || one[0] != want[i] {
+			t.Errorf("%s alone: %q", s.name, one)
+		}
+	}
+	for range settingsStatements("") {
+		t.Error("a statement for no settings")
 	}
 }

@@ -514,6 +514,10 @@
 //     and sequences read there (75efc98, c0f77ee, a368f80): 1207085,
 //     3,000 a mode: 0 / 0 / 0 / 0. 1207086 widened with +flushsync,
 //     1,500 a mode: 0 / 0 / 0 / 0.
+//   - 2026-12-07, eighth session, after pg_temp.name pinning, placeholder
+//     RESETs and the re-Parse of EXECUTE name (18d3f8f, 6e5df55): 1207087,
+//     3,000 a mode: 0 / 0 / 0 / 0. 1207088 widened with +flushsync, 1,500
+//     a mode: 0 / 0 / 0 / 0.
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode

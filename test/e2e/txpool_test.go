@@ -359,14 +359,14 @@ func TestTxPoolTempSchemaObjectsPin(t *testing.T) {
 }
 
 // TestTxPoolResetPlaceholderStaysDefined: a customized option (a dotted
-// name no module defines) that the client set and then RESET, or RESET
-// ALL, is defined and empty on PostgreSQL; on another server connection
+// name no module defines) that the client set and then RESET, RESET ALL or
+// DISCARD ALL, is defined and empty on PostgreSQL; on another server connection
 // of the pool it was undefined (SHOW failed with 42704). PostgreSQL's
 // regression suite in transaction pooling found it (guc.sql).
 func TestTxPoolResetPlaceholderStaysDefined(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 60*time.Second)
-	for _, reset := range []string{"reset kinetic_e2e.my_guc", "reset all"} {
+	for _, reset := range []string{"reset kinetic_e2e.my_guc", "reset all", "discard all"} {
 		t.Run(reset, func(t *testing.T) {
 			px := txProxy(t, cl, 2)
 			c := connect(t, ctx, px.AppDSN())
@@ -516,6 +516,39 @@ func TestTxPoolDescribeOfExecute(t *testing.T) {
 				t.Fatalf("after the cycle: %d", got)
 			}
 		})
+	}
+}
+
+// TestTxPoolReplayOfOneBadSettingKeepsTheOthers: a setting that
+// succeeded for the client may fail when the proxy replays it on another
+// server connection: a placeholder plpgsql.name set before plpgsql was
+// loaded is refused where plpgsql is loaded ("plpgsql" is a reserved
+// prefix). The replay was one SELECT of every set_config, so all the
+// client's settings were lost with it and its statement ran with the
+// server's defaults (PostgreSQL's regression suite, guc.sql, work_mem 4MB
+// for 3MB). Each setting is now replayed on its own.
+func TestTxPoolReplayOfOneBadSettingKeepsTheOthers(t *testing.T) {
+	cl := pgtest.Shared(t)
+	ctx := ctxT(t, 60*time.Second)
+	px := txProxy(t, cl, 1)
+	c := connect(t, ctx, px.AppDSN())
+	other := connect(t, ctx, px.AppDSN())
+	for _, q := range []string{"set work_mem = '3MB'", "set plpgsql.kinetic_e2e_flag = 'on'", "set search_path = kinetic_e2e_nowhere, public"} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	// The other client loads plpgsql on the one server connection (and
+	// has its own settings replayed there).
+	if _, err := other.Exec(ctx, "do $$ begin end $$"); err != nil {
+		t.Fatal(err)
+	}
+	var workMem, path string
+	if err := c.QueryRow(ctx, "select current_setting('work_mem'), current_setting('search_path')").Scan(&workMem, &path); err != nil {
+		t.Fatal(err)
+	}
+	if workMem != "3MB" || path != "kinetic_e2e_nowhere, public" {
+		t.Fatalf("after a replay where plpgsql.kinetic_e2e_flag is refused: work_mem %q, search_path %q; want 3MB and the client's path", workMem, path)
 	}
 }
 
