@@ -177,7 +177,7 @@
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestPqSuite ./test/conformance/
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestBunSuite ./test/conformance/
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestGopgSuite ./test/conformance/
-//	# PostgreSQL's regression suite (four minutes)
+//	# PostgreSQL's regression suite (five to six minutes: direct, then four targets)
 //	KINETIC_CONFORMANCE=1 go test -count=1 -v -run TestPgRegress ./test/conformance/
 //
 // The table has only each failure's first error line. With
