@@ -2954,12 +2954,14 @@ func withSetting(session, startup []setting, s classify.Setting) []setting {
 		return append(kept, setting{name: s.Name, value: value})
 	}
 	// RESET returns to the startup value, which set_config replays.
+	fromStartup := false
 	for _, st := range startup {
 		if strings.ToLower(st.name) == name {
-			return append(kept, st)
+			// (Every one, in order: options' -c, then the parameter.)
+			kept, fromStartup = append(kept, st), true
 		}
 	}
-	if customized(name) {
+	if !fromStartup && customized(name) {
 		// A placeholder, empty from now on where the session goes.
 		return append(kept, setting{name: s.Name, reset: true})
 	}

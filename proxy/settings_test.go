@@ -103,6 +103,8 @@ func TestWithSetting(t *testing.T) {
 			[]classify.Setting{set("work_mem", "1MB"), set("custom.a", "1"), set("Custom.A", "2"), set("custom.b", "3"), {Reset: true}}, "Custom.A=NULL custom.b=NULL"},
 		{"RESET of a placeholder set at startup returns to it", []setting{{name: "custom.a", value: "x"}},
 			[]classify.Setting{set("custom.a", "y"), reset("custom.a")}, "custom.a=x"},
+		{"RESET returns to every startup value of the name, in order", []setting{{name: "search_path", value: "a"}, {name: "search_path", value: "b"}},
+			[]classify.Setting{set("search_path", "c"), reset("search_path")}, "search_path=a search_path=b"},
 		{"RESET of a built-in setting forgets it", nil,
 			[]classify.Setting{set("work_mem", "1MB"), reset("work_mem")}, ""},
 	} {
