@@ -195,6 +195,17 @@ type Statement struct {
 	// LISTEN, UNLISTEN, NOTIFY), so a unit of only such statements needs
 	// no new token.
 	NoWAL bool
+	// CreatesUnqualified: the statement creates a relation, view,
+	// sequence, type, function or other named object without naming its
+	// schema. PostgreSQL puts it in the temporary schema when pg_temp
+	// comes first in the session's search_path: the router pins the
+	// session when it may (TempPath, the session's settings).
+	CreatesUnqualified bool
+	// TempPath: a SET LOCAL search_path or set_config('search_path', …,
+	// true) whose value names pg_temp (or a value not known here): it
+	// may make the transaction's unqualified CREATEs temporary. A
+	// session-wide SET carries its value in Setting instead.
+	TempPath bool
 	// Cancels lists the calls pg_cancel_backend(pid) of a SELECT whose
 	// argument is an integer constant or a parameter ($n, maybe cast), in
 	// order: the router relays such a cancel of a session's primary

@@ -41,6 +41,8 @@ import (
 //	[I.]funcs=a,b         statement I's Funcs; the decision's are their union when it is a read
 //	[I.]unlogs            statement I may make a relation UNLOGGED
 //	[I.]nowal             statement I writes no WAL (SET, RESET, LISTEN, UNLISTEN, NOTIFY)
+//	[I.]bare              statement I creates an object by an unqualified name (CreatesUnqualified)
+//	[I.]temp_path         statement I is a SET LOCAL/set_config(…, true) of search_path naming pg_temp (TempPath)
 //	[I.]rels=a,b          statement I's Relations, likewise; an entry with no rels key
 //	                      leaves Relations unchecked (the fast and full paths still agree)
 //	hint.primary hint.replica hint.stale-ok hint.strict-fresh hint.class=X
@@ -291,6 +293,10 @@ func expected(e corpusEntry) (d Decision, hintFound bool, opts string, err error
 			st.NoWAL = true
 		case "sets_tx":
 			st.SetsTx = true
+		case "bare":
+			st.CreatesUnqualified = true
+		case "temp_path":
+			st.TempPath = true
 		default:
 			err = fmt.Errorf("unknown key %q", k.key)
 		}
@@ -412,8 +418,8 @@ func describe(d Decision) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s/%s control=%v funcs=%v rels=%v hints=%+v\n", d.Kind, d.Reason, d.Control, d.Funcs, d.Relations, d.Hints)
 	for i, st := range d.Statements {
-		fmt.Fprintf(&b, "  [%d] %s/%s tx=%s chain=%v rollback=%v start=%v sets_tx=%v effect=%s setting=%+v more=%+v name=%q params_write=%v copy_in=%v funcs=%v rels=%v unlogs=%v nowal=%v cancels=%v",
-			i, st.Kind, st.Reason, st.Tx, st.Chain, st.Rollback, st.Start, st.SetsTx, st.Effect, st.Setting, st.MoreSettings, st.PrepareName, st.ParamsWrite, st.CopyIn, st.Funcs, st.Relations, st.Unlogs, st.NoWAL, st.Cancels)
+		fmt.Fprintf(&b, "  [%d] %s/%s tx=%s chain=%v rollback=%v start=%v sets_tx=%v effect=%s setting=%+v more=%+v name=%q params_write=%v copy_in=%v funcs=%v rels=%v unlogs=%v nowal=%v cancels=%v bare=%v temp_path=%v",
+			i, st.Kind, st.Reason, st.Tx, st.Chain, st.Rollback, st.Start, st.SetsTx, st.Effect, st.Setting, st.MoreSettings, st.PrepareName, st.ParamsWrite, st.CopyIn, st.Funcs, st.Relations, st.Unlogs, st.NoWAL, st.Cancels, st.CreatesUnqualified, st.TempPath)
 		if st.Inner != nil {
 			fmt.Fprintf(&b, " inner={%s/%s effect=%s funcs=%v}", st.Inner.Kind, st.Inner.Reason, st.Inner.Effect, st.Inner.Funcs)
 		}

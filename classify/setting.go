@@ -78,7 +78,13 @@ func setStatement(v *pg.VariableSetStmt) Statement {
 		return st
 	}
 	if v.GetIsLocal() {
-		return st // SET LOCAL: ends with the transaction
+		// SET LOCAL: ends with the transaction. Its search_path may put
+		// the transaction's unqualified CREATEs in pg_temp.
+		if name == "search_path" && v.GetKind() == pg.VariableSetKind_VAR_SET_VALUE {
+			value, ok := flattenSetArgs(name, v.GetArgs())
+			st.TempPath = !ok || namesTempSchema(value)
+		}
+		return st
 	}
 	switch v.GetKind() {
 	case pg.VariableSetKind_VAR_SET_VALUE:

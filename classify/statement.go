@@ -29,6 +29,14 @@ func (c *Classifier) statement(n *pg.Node) Statement {
 // what a literal says. Everything else (SET, EXPLAIN's options, COPY's
 // file name, transaction modes, PREPARE/EXECUTE…) is never shared.
 func (c *Classifier) statementShared(n *pg.Node) (Statement, bool) {
+	st, shared := c.statementOrPin(n)
+	if st.Effect == EffectPin {
+		st.CreatesUnqualified = false // (it pins anyway)
+	}
+	return st, shared
+}
+
+func (c *Classifier) statementOrPin(n *pg.Node) (Statement, bool) {
 	switch s := n.GetNode().(type) {
 	// Queries: executed, so every function call counts.
 	case *pg.Node_SelectStmt:
@@ -130,6 +138,7 @@ func (c *Classifier) utility(n *pg.Node) Statement {
 	// Writes whose expressions are executed (pins may hide in them).
 	case *pg.Node_CreateTableAsStmt: // CREATE TABLE AS, SELECT INTO's analysed form, CREATE MATERIALIZED VIEW
 		st, _ := c.executed(write(), s.CreateTableAsStmt)
+		st.CreatesUnqualified = s.CreateTableAsStmt.GetInto().GetRel().GetSchemaname() == ""
 		if ex := s.CreateTableAsStmt.GetQuery().GetExecuteStmt(); ex != nil {
 			st.Executes = ex.GetName()
 		}
@@ -153,8 +162,10 @@ func (c *Classifier) utility(n *pg.Node) Statement {
 		// DDL and every other utility statement: VACUUM, ANALYZE,
 		// CHECKPOINT, REINDEX, CLUSTER, LOCK, GRANT, CREATE …, ALTER …
 		st := write()
-		if createsTemp(s) {
+		if temp, bare := createsTemp(s); temp {
 			st.Effect = EffectPin
+		} else if bare {
+			st.CreatesUnqualified = true
 		}
 		var w walker // exec false: only TEMP relations count, nothing here runs
 		w.walk(n.ProtoReflect())
@@ -191,6 +202,8 @@ func (c *Classifier) query(sel *pg.SelectStmt) (st Statement, shared bool) {
 	if st.Kind == KindRead {
 		st.Funcs, st.Relations = sortedUnique(w.funcs), w.relations()
 	}
+	st.TempPath = w.tempPath
+	st.CreatesUnqualified = w.into && w.intoBare
 	st.Cancels = w.cancels
 	return st, !w.constRead
 }
@@ -257,6 +270,8 @@ func (c *Classifier) executed(st Statement, m proto.Message) (_ Statement, share
 	if w.pin || w.temp {
 		st.Effect = EffectPin
 	}
+	st.TempPath = w.tempPath
+	st.CreatesUnqualified = w.intoBare
 	return st, !w.constRead
 }
 
@@ -445,44 +460,52 @@ func accessMode(opts []*pg.Node) accessModeT {
 
 // createsTemp reports whether a utility statement creates an object in the
 // session's temporary schema by naming it (CREATE TABLE pg_temp.t, CREATE
-// FUNCTION pg_temp.f …). TEMP/TEMPORARY relations are found by the walker.
-func createsTemp(n any) bool {
+// FUNCTION pg_temp.f …), and bare whether it creates one by an
+// unqualified name (which pg_temp first in search_path makes temporary
+// too). TEMP/TEMPORARY relations are found by the walker.
+func createsTemp(n any) (temp, bare bool) {
+	var schema string
 	switch n := n.(type) {
 	case *pg.Node_CreateStmt:
-		return isTempSchema(n.CreateStmt.GetRelation().GetSchemaname())
+		schema = n.CreateStmt.GetRelation().GetSchemaname()
 	case *pg.Node_ViewStmt:
-		return isTempSchema(n.ViewStmt.GetView().GetSchemaname())
+		schema = n.ViewStmt.GetView().GetSchemaname()
 	case *pg.Node_CreateSeqStmt:
-		return isTempSchema(n.CreateSeqStmt.GetSequence().GetSchemaname())
+		schema = n.CreateSeqStmt.GetSequence().GetSchemaname()
 	case *pg.Node_CompositeTypeStmt:
-		return isTempSchema(n.CompositeTypeStmt.GetTypevar().GetSchemaname())
+		schema = n.CompositeTypeStmt.GetTypevar().GetSchemaname()
 	case *pg.Node_CreateFunctionStmt:
-		return tempQualified(n.CreateFunctionStmt.GetFuncname())
+		schema = qualifier(n.CreateFunctionStmt.GetFuncname())
 	case *pg.Node_DefineStmt:
-		return tempQualified(n.DefineStmt.GetDefnames())
+		schema = qualifier(n.DefineStmt.GetDefnames())
 	case *pg.Node_CreateEnumStmt:
-		return tempQualified(n.CreateEnumStmt.GetTypeName())
+		schema = qualifier(n.CreateEnumStmt.GetTypeName())
 	case *pg.Node_CreateRangeStmt:
-		return tempQualified(n.CreateRangeStmt.GetTypeName())
+		schema = qualifier(n.CreateRangeStmt.GetTypeName())
 	case *pg.Node_CreateDomainStmt:
-		return tempQualified(n.CreateDomainStmt.GetDomainname())
+		schema = qualifier(n.CreateDomainStmt.GetDomainname())
 	case *pg.Node_CreateStatsStmt:
-		return tempQualified(n.CreateStatsStmt.GetDefnames())
+		if len(n.CreateStatsStmt.GetDefnames()) == 0 {
+			return false, false // a name PostgreSQL chooses, in the table's schema
+		}
+		schema = qualifier(n.CreateStatsStmt.GetDefnames())
 	case *pg.Node_CreateConversionStmt:
-		return tempQualified(n.CreateConversionStmt.GetConversionName())
+		schema = qualifier(n.CreateConversionStmt.GetConversionName())
+	default:
+		return false, false
 	}
-	return false
+	return isTempSchema(schema), schema == ""
 }
 
 func isTempSchema(s string) bool {
 	return s == "pg_temp" || strings.HasPrefix(s, "pg_temp_")
 }
 
-// tempQualified reports whether a qualified name list ([catalog.]schema.name)
-// names the temporary schema.
-func tempQualified(names []*pg.Node) bool {
+// qualifier is the schema of a qualified name list ([catalog.]schema.name),
+// "" when the name is unqualified.
+func qualifier(names []*pg.Node) string {
 	if len(names) < 2 {
-		return false
+		return ""
 	}
-	return isTempSchema(names[len(names)-2].GetString_().GetSval())
+	return names[len(names)-2].GetString_().GetSval()
 }

@@ -21,11 +21,15 @@ type walker struct {
 	locking bool // FOR UPDATE/NO KEY UPDATE/SHARE/KEY SHARE
 	dml     bool // INSERT/UPDATE/DELETE/MERGE (below a SELECT: a data-modifying CTE)
 	into    bool // SELECT … INTO
-	funcs   []string
-	rels    []string // relation names (RangeVar), for Statement.Relations
-	ctes    []string // the statement's CTE names, which rels may name too
-	unlogs  bool     // a relation named UNLOGGED, or ALTER … SET [UN]LOGGED
-	cancels []BackendArg
+	// intoBare: an INTO names its table without a schema (pg_temp first
+	// in search_path makes it temporary: Statement.CreatesUnqualified).
+	intoBare bool
+	tempPath bool // set_config('search_path', …, true) that may name pg_temp (Statement.TempPath)
+	funcs    []string
+	rels     []string // relation names (RangeVar), for Statement.Relations
+	ctes     []string // the statement's CTE names, which rels may name too
+	unlogs   bool     // a relation named UNLOGGED, or ALTER … SET [UN]LOGGED
+	cancels  []BackendArg
 
 	// constRead: a rule read a constant's value (set_config's is_local),
 	// so the classification does not hold for every text of the same
@@ -52,6 +56,7 @@ func (w *walker) walk(m protoreflect.Message) {
 		// temporary table without the TEMP keyword (the raw parse tree
 		// says relpersistence 'p' until the schema is looked up).
 		w.temp = w.temp || isTempSchema(n.GetRel().GetSchemaname())
+		w.intoBare = w.intoBare || n.GetRel().GetSchemaname() == ""
 	case *pg.RangeVar:
 		if n.GetRelpersistence() == "t" {
 			w.temp = true
@@ -150,6 +155,7 @@ func (w *walker) funcCall(f *pg.FuncCall) {
 		if pin && strings.EqualFold(name, "set_config") {
 			w.constRead = true // its is_local argument decides
 			pin = !setConfigIsLocal(f.GetArgs())
+			w.tempPath = w.tempPath || !pin && setConfigTempPath(f.GetArgs())
 		}
 		w.pin = w.pin || pin
 	case unknown:
@@ -301,4 +307,27 @@ func (l *funcLists) isReadOnly(schema, name string) bool {
 	}
 	_, ok := l.readQualified[schema+"."+name]
 	return ok
+}
+
+// setConfigTempPath reports whether set_config's arguments may set
+// search_path to a list naming pg_temp: a literal name search_path (or a
+// name not given as a literal) with a value naming it, or not given as a
+// literal.
+func setConfigTempPath(args []*pg.Node) bool {
+	if len(args) != 3 {
+		return false
+	}
+	if name := args[0].GetAConst().GetSval(); name != nil && !strings.EqualFold(strings.TrimSpace(name.GetSval()), "search_path") {
+		return false
+	}
+	value := args[1].GetAConst().GetSval()
+	return value == nil || namesTempSchema(value.GetSval())
+}
+
+// namesTempSchema reports whether a search_path value may name the
+// temporary schema (pg_temp, or pg_temp_N): any mention counts, whatever
+// its quoting or place in the list, so an unqualified CREATE under it
+// pins the session at worst without need.
+func namesTempSchema(path string) bool {
+	return strings.Contains(strings.ToLower(path), "pg_temp")
 }

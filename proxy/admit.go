@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"go.uber.org/zap"
 
+	"github.com/pg-kinetic/pg-kinetic/classify"
 	"github.com/pg-kinetic/pg-kinetic/config"
 	"github.com/pg-kinetic/pg-kinetic/internal/rawsock"
 	"github.com/pg-kinetic/pg-kinetic/internal/wire"
@@ -296,6 +297,7 @@ func (ss *session) readStartup(body []byte) error {
 		case strings.HasPrefix(name, "pg_kinetic."):
 		default:
 			ss.mu.settings.startup = append(ss.mu.settings.startup, st)
+			ss.notePath(classify.Setting{Name: name, Value: st.value})
 		}
 	}
 	return nil

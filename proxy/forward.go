@@ -2448,6 +2448,9 @@ func (ss *session) mergeStatement(u *unitInfo, st *classify.Statement, opens, ma
 	if st.Unlogs {
 		ss.srv.forgetUnlogged(ss)
 	}
+	if ss.pinsByPath(st) {
+		u.pinEffect = true
+	}
 	switch st.Effect {
 	case classify.EffectPin:
 		u.pinEffect = true
@@ -2466,6 +2469,34 @@ func (ss *session) mergeStatement(u *unitInfo, st *classify.Statement, opens, ma
 		read, reason = false, reasonWrite
 	}
 	return read, reason
+}
+
+// pinsByPath notes a statement's search_path (notePath) and reports
+// whether it creates an object by an unqualified name while the session's
+// search_path may name pg_temp: PostgreSQL then makes it temporary
+// (pg_temp first), and the session's later transactions must run where
+// it is, as after CREATE TEMP TABLE. Until 2026-12-08 such a CREATE did
+// not pin, and in transaction pooling the next transaction ran on a
+// connection without the object.
+func (ss *session) pinsByPath(st *classify.Statement) bool {
+	if st.TempPath {
+		ss.tempPath = true
+	}
+	if st.Effect == classify.EffectSet {
+		ss.notePath(st.Setting)
+		for _, more := range st.MoreSettings {
+			ss.notePath(more)
+		}
+	}
+	return st.CreatesUnqualified && ss.tempPath
+}
+
+// notePath marks the session's search_path as possibly naming pg_temp
+// when a setting sets it to a value that does (Session.tempPath).
+func (ss *session) notePath(s classify.Setting) {
+	if strings.EqualFold(s.Name, "search_path") && !s.Reset && strings.Contains(strings.ToLower(s.Value), "pg_temp") {
+		ss.tempPath = true
+	}
 }
 
 // recordEffects notes the session effects of a unit's statements: pinning
@@ -2496,6 +2527,9 @@ func (ss *session) recordEffects(ds []*classified) {
 			if st.Tx == classify.TxSavepoint {
 				ss.mu.effects = append(ss.mu.effects, effect{savepoint: st.Savepoint, alone: n == 1, seq: ss.mu.unitSeq})
 				ss.noteSavepointLocked(st.Savepoint)
+			}
+			if ss.pinsByPath(&st) {
+				ss.mu.pinned = reasonSessionPinned
 			}
 			switch st.Effect {
 			case classify.EffectPin:

@@ -253,6 +253,11 @@ type session struct {
 	// first statement (a read pins a replica).
 	deferredRO bool
 	chainedOn  *link // the replica that ran an extended-protocol AND CHAIN ending a failed block (noteChainOnReplica)
+	// tempPath: the session's search_path may have named pg_temp (at
+	// startup, in a SET, SET LOCAL or set_config of it), so an unqualified
+	// CREATE may make a temporary object and pins the session
+	// (notePath). Once set it stays: at worst a CREATE pins without need.
+	tempPath bool
 
 	// inj: where the proxy's own messages stand among the client's.
 	inj injection

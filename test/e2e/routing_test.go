@@ -550,6 +550,35 @@ func TestSessionStateFollowsTheSession(t *testing.T) {
 	})
 }
 
+// TestUnqualifiedTempObjectPinsRouted: with pg_temp first in search_path,
+// CREATE TABLE without TEMP or a schema makes a temporary table, which
+// exists only on the primary connection: the session is pinned there as
+// after CREATE TEMP TABLE. Until 2026-12-08 the next read went to a
+// replica and failed with 42P01.
+func TestUnqualifiedTempObjectPinsRouted(t *testing.T) {
+	cl := pgtest.Shared(t)
+	px := routedProxy(t, cl, kinetictest.Params{FallbackPolicy: "wait"})
+	ctx := ctxT(t, 30*time.Second)
+	c := connect(t, ctx, px.AppDSN())
+	for _, q := range []string{"set search_path = pg_temp, public", "create table path_tmp as select 7 as x"} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		var x, p int
+		if err := c.QueryRow(ctx, "select x, inet_server_port() from path_tmp").Scan(&x, &p); err != nil {
+			t.Fatalf("read %d of the temporary table: %v", i, err)
+		}
+		if x != 7 || p != cl.Primary.Port {
+			t.Fatalf("read %d: x=%d on port %d, want 7 on the primary (%d)", i, x, p, cl.Primary.Port)
+		}
+	}
+	if got := lastRoute(t, ctx, c); !strings.Contains(got, "reason=session_pinned") {
+		t.Errorf("last_route of a pinned session = %q", got)
+	}
+}
+
 // TestPreparedStatementsAcrossServers: protocol-level named statements and
 // SQL PREPARE work whichever server a unit lands on.
 func TestPreparedStatementsAcrossServers(t *testing.T) {

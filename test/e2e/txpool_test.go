@@ -308,28 +308,57 @@ func TestTxPoolPinnedSessionKeepsItsServer(t *testing.T) {
 // another server connection, where the object does not exist, and the
 // temporary schema goes on to the next client of the first one.
 // PostgreSQL's regression suite in transaction pooling found CREATE
-// STATISTICS pg_temp.… (stats_ext.sql) not pinning.
+// STATISTICS pg_temp.… (stats_ext.sql) not pinning. An unqualified CREATE
+// while the session's search_path puts pg_temp first (SET, set_config,
+// SET LOCAL, set_config(…, true), the startup packet) makes a temporary
+// object too, and pins likewise.
 func TestTxPoolTempSchemaObjectsPin(t *testing.T) {
 	cl := pgtest.Shared(t)
-	ctx := ctxT(t, 60*time.Second)
-	cases := []struct{ name, create, check string }{
-		{"create table as", "create table pg_temp.txpin_t as select 7 as x", "select x from pg_temp.txpin_t"},
-		{"select into", "select 7 as x into pg_temp.txpin_t", "select x from pg_temp.txpin_t"},
-		{"create statistics", "create statistics pg_temp.txpin_st on a, b from txpin_base",
-			"select count(*) * 7 from pg_statistic_ext where stxname = 'txpin_st' and stxnamespace = pg_my_temp_schema()"},
-		{"create conversion", "create conversion pg_temp.txpin_cv for 'LATIN1' to 'UTF8' from iso8859_1_to_utf8",
-			"select count(*) * 7 from pg_conversion where conname = 'txpin_cv' and connamespace = pg_my_temp_schema()"},
+	ctx := ctxT(t, 90*time.Second)
+	const tempTable = "select x from pg_temp.txpin_t"
+	cases := []struct {
+		name   string
+		dsn    string   // added to the DSN
+		setup  []string // before create, in the same transaction when tx
+		tx     bool
+		create string
+		check  string
+	}{
+		{name: "create table as", create: "create table pg_temp.txpin_t as select 7 as x", check: tempTable},
+		{name: "select into", create: "select 7 as x into pg_temp.txpin_t", check: tempTable},
+		{name: "create statistics", create: "create statistics pg_temp.txpin_st on a, b from txpin_base",
+			check: "select count(*) * 7 from pg_statistic_ext where stxname = 'txpin_st' and stxnamespace = pg_my_temp_schema()"},
+		{name: "create conversion", create: "create conversion pg_temp.txpin_cv for 'LATIN1' to 'UTF8' from iso8859_1_to_utf8",
+			check: "select count(*) * 7 from pg_conversion where conname = 'txpin_cv' and connamespace = pg_my_temp_schema()"},
+		// Unqualified, with pg_temp first in search_path: temporary too
+		// (until 2026-12-08 these did not pin).
+		{name: "set search_path", setup: []string{"set search_path = pg_temp, public"},
+			create: "create table txpin_t as select 7 as x", check: "select x from txpin_t"},
+		{name: "set_config search_path", setup: []string{"select set_config('search_path', 'pg_temp,public', false)"},
+			create: "create table txpin_t (x int)", check: "select count(*) + 7 from txpin_t"},
+		{name: "set local search_path", tx: true, setup: []string{"set local search_path = pg_temp, public"},
+			create: "create table txpin_t as select 7 as x", check: tempTable},
+		{name: "set_config local search_path", tx: true, setup: []string{"select set_config('search_path', 'pg_temp', true)"},
+			create: "select 7 as x into txpin_t", check: tempTable},
+		{name: "startup search_path", dsn: "&search_path=pg_temp%2Cpublic",
+			create: "create function txpin_f() returns int language sql as 'select 7'", check: "select pg_temp.txpin_f()"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			px := txProxy(t, cl, 2)
-			pinned := connect(t, ctx, px.AppDSN())
+			pinned := connect(t, ctx, px.AppDSN()+tc.dsn)
 			other := connect(t, ctx, px.AppDSN())
-			if _, err := pinned.Exec(ctx, "create table if not exists txpin_base (a int, b int)"); err != nil {
+			if _, err := other.Exec(ctx, "create table if not exists txpin_base (a int, b int)"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := pinned.Exec(ctx, tc.create); err != nil {
-				t.Fatal(err)
+			stmts := append(append([]string{}, tc.setup...), tc.create)
+			if tc.tx {
+				stmts = append(append([]string{"begin"}, stmts...), "commit")
+			}
+			for _, q := range stmts {
+				if _, err := pinned.Exec(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
 			}
 			pid := queryInt(t, ctx, pinned, "select pg_backend_pid()")
 			// The other client holds a server connection in a transaction:
