@@ -27,6 +27,15 @@ var allowed = []deviation{
 	{"transaction/*", "pgx.TestFatalTxError", "(b) transaction pooling: the BackendKeyData PID is the proxy's, pg_terminate_backend of it ends nothing"},
 	{"transaction/*", "pgconn.TestConnCheckConn", "(b) transaction pooling: the BackendKeyData PID is the proxy's, pg_terminate_backend of it ends nothing"},
 	{"transaction/*", "pgconn.TestConnPing", "(b) transaction pooling: the BackendKeyData PID is the proxy's, pg_terminate_backend of it ends nothing"},
+	// (b) Each terminates the BackendKeyData PIDs of a pool's idle
+	// connections and expects the pool to find them dead.
+	{"transaction/*", "pgxpool.TestPoolAcquireChecksIdleConns", "(b) transaction pooling: the BackendKeyData PID is the proxy's, pg_terminate_backend of it ends nothing"},
+	{"transaction/*", "stdlib.TestCheckIdleConn", "(b) transaction pooling: the BackendKeyData PID is the proxy's, pg_terminate_backend of it ends nothing"},
+	// Counts the client's statements in pg_prepared_statements: in
+	// transaction pooling that view is the pooled server connection's,
+	// where two client connections' statements meet (as behind PgBouncer;
+	// TestPgRegress allows prepare.sql's likewise).
+	{"transaction/*", "stdlib.TestConnMultiplePrepareAndDeallocate", "transaction pooling: pg_prepared_statements lists the pooled server connection's statements, other clients' among them"},
 	// (b) lib/pq's TestPing terminates the backend pg_backend_pid() named
 	// in a transaction and expects the connection's next Ping to fail; the
 	// next statement runs on another pooled connection. (It runs on its

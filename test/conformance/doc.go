@@ -9,7 +9,9 @@
 // TestPgxSuite takes pgx at the version go.mod requires from the module
 // cache (go mod download -json gives its directory), copies the module to a
 // temporary directory (the cache is read-only) and compiles the test
-// binaries of the packages pgx, pgconn and pgproto3 once, with go test -c
+// binaries of the packages pgx, pgconn, pgproto3, pgxpool, stdlib (its
+// database/sql driver) and pgtype (every type through the server, in each
+// query exec mode) once, with go test -c
 // -trimpath (a warm build cache makes that a second or two). It starts a
 // PostgreSQL 15 primary with one streaming replica (test/pgtest) and sets
 // it up as pgx's CI does (testsetup/postgresql_setup.sql,

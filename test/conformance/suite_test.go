@@ -27,6 +27,9 @@ var pgxPackages = []pkgDir{
 	{"pgx", "."},
 	{"pgconn", "pgconn"},
 	{"pgproto3", "pgproto3"},
+	{"pgxpool", "pgxpool"},
+	{"stdlib", "stdlib"},
+	{"pgtype", "pgtype"},
 }
 
 // suiteTimeout is each test binary's -test.timeout. It is a hang guard: the
