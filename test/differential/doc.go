@@ -518,6 +518,10 @@
 //     RESETs and the re-Parse of EXECUTE name (18d3f8f, 6e5df55): 1207087,
 //     3,000 a mode: 0 / 0 / 0 / 0. 1207088 widened with +flushsync, 1,500
 //     a mode: 0 / 0 / 0 / 0.
+//   - 2026-12-07, ninth session, after unqualified CREATEs under a
+//     search_path naming pg_temp pin (8ce64e8): 1207089 and 1207090, 3,000
+//     a mode: 0 / 0 / 0 / 0 each. 1207091 widened with +flushsync, 1,500 a
+//     mode: 0 / 0 / 0 / 0.
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
