@@ -10,7 +10,7 @@
 #   make conformance   pgx's, lib/pq's, bun pgdriver's and go-pg's own test suites directly
 #                      and through kineticd in four configurations, and PostgreSQL's
 #                      regression suite in the same four (test/conformance,
-#                      ~20 minutes, no -race)
+#                      ~23 minutes, no -race)
 #   make differential  10,000 seeded random protocol sequences per mode, each
 #                      replayed against PostgreSQL and through kineticd in four
 #                      configurations, answers compared (test/differential);
