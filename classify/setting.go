@@ -82,7 +82,7 @@ func setStatement(v *pg.VariableSetStmt) Statement {
 		// the transaction's unqualified CREATEs in pg_temp.
 		if name == "search_path" && v.GetKind() == pg.VariableSetKind_VAR_SET_VALUE {
 			value, ok := flattenSetArgs(name, v.GetArgs())
-			st.TempPath = !ok || namesTempSchema(value)
+			st.TempPath = !ok || NamesTempSchema(value)
 		}
 		return st
 	}

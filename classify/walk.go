@@ -321,13 +321,13 @@ func setConfigTempPath(args []*pg.Node) bool {
 		return false
 	}
 	value := args[1].GetAConst().GetSval()
-	return value == nil || namesTempSchema(value.GetSval())
+	return value == nil || NamesTempSchema(value.GetSval())
 }
 
-// namesTempSchema reports whether a search_path value may name the
+// NamesTempSchema reports whether a search_path value may name the
 // temporary schema (pg_temp, or pg_temp_N): any mention counts, whatever
 // its quoting or place in the list, so an unqualified CREATE under it
 // pins the session at worst without need.
-func namesTempSchema(path string) bool {
+func NamesTempSchema(path string) bool {
 	return strings.Contains(strings.ToLower(path), "pg_temp")
 }

@@ -2494,7 +2494,7 @@ func (ss *session) pinsByPath(st *classify.Statement) bool {
 // notePath marks the session's search_path as possibly naming pg_temp
 // when a setting sets it to a value that does (Session.tempPath).
 func (ss *session) notePath(s classify.Setting) {
-	if strings.EqualFold(s.Name, "search_path") && !s.Reset && strings.Contains(strings.ToLower(s.Value), "pg_temp") {
+	if strings.EqualFold(s.Name, "search_path") && !s.Reset && classify.NamesTempSchema(s.Value) {
 		ss.tempPath = true
 	}
 }
@@ -2528,7 +2528,7 @@ func (ss *session) recordEffects(ds []*classified) {
 				ss.mu.effects = append(ss.mu.effects, effect{savepoint: st.Savepoint, alone: n == 1, seq: ss.mu.unitSeq})
 				ss.noteSavepointLocked(st.Savepoint)
 			}
-			if ss.pinsByPath(&st) {
+			if st.CreatesUnqualified && ss.tempPath { // (the path noted when the unit was analysed: pinsByPath)
 				ss.mu.pinned = reasonSessionPinned
 			}
 			switch st.Effect {
