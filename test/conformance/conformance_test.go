@@ -67,7 +67,7 @@ func TestPgxSuite(t *testing.T) {
 func skipUnlessEnabled(t *testing.T) {
 	t.Helper()
 	if os.Getenv(envEnable) != "1" {
-		t.Skipf("the drivers' conformance run takes ~12 minutes and is not part of go test ./...; run it with `make conformance` "+
+		t.Skipf("the drivers' conformance run takes ~23 minutes and is not part of go test ./...; run it with `make conformance` "+
 			"or `%s=1 go test -count=1 -timeout 40m -v ./test/conformance/` (doc.go: one target with -run 'TestPgxSuite/transaction/routed', one pgx test with %s=TestName)",
 			envEnable, envRun)
 	}
