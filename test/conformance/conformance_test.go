@@ -179,6 +179,15 @@ func runTarget(t *testing.T, ctx context.Context, name string, bins []binary, va
 			keep = f
 		}
 		run, err := runSuite(ctx, b, append(suiteEnv(vars), b.env...), runPattern, keep)
+		for rerun := 1; err == nil && rerun <= maxReruns; rerun++ {
+			why := timingPanic(b.pkg, run.Broken)
+			if why == "" {
+				break
+			}
+			// Not judged: the driver's own bound (timingPanics).
+			t.Logf("%s on %s ended early (%s: %s); running it again (%d of %d)", b.pkg, name, run.Broken, why, rerun, maxReruns)
+			run, err = runSuite(ctx, b, append(suiteEnv(vars), b.env...), runPattern, keep)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -180,3 +180,23 @@ func TestTables(t *testing.T) {
 		}
 	}
 }
+
+// TestTimingPanic: only a listed panic of a listed package runs its binary
+// again; a timeout, another panic or another package's does not.
+func TestTimingPanic(t *testing.T) {
+	for _, c := range []struct {
+		pkg, broken string
+		rerun       bool
+	}{
+		{"pq-binary", "panic: wantEvent: timeout [recovered, repanicked]", true},
+		{"pq", "panic: wantEvent: timeout", true},
+		{"pq", "test timed out after 8m0s", false},
+		{"pq", "panic: runtime error: index out of range [3] with length 3", false},
+		{"pq", "", false},
+		{"pgconn", "panic: wantEvent: timeout", false},
+	} {
+		if got := timingPanic(c.pkg, c.broken) != ""; got != c.rerun {
+			t.Errorf("timingPanic(%q, %q): rerun %v, want %v", c.pkg, c.broken, got, c.rerun)
+		}
+	}
+}
