@@ -167,8 +167,39 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, clears
 	ss.turn.Broadcast()
 	ss.mu.Unlock()
 	if status2 != nil {
-		ss.send(status2)
+		ss.tellToken(status2)
 	}
+}
+
+// tellToken tells the client its new token: at once when no unit is in
+// flight (the client has its ReadyForQuery and the proxy has sent the
+// server nothing since), else just before the ReadyForQuery that ends the
+// unit in flight (copyToClient, send), as PostgreSQL reports a parameter
+// only before a ReadyForQuery. A client in a COPY FROM STDIN reads its
+// messages until the ReadyForQuery in a loop of its own, and lib/pq's
+// fails at anything it does not expect there ("unknown response during
+// CopyIn": TestTokenNotInsideCopy). A later token replaces a held one.
+func (ss *session) tellToken(ps *pgproto3.ParameterStatus) {
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	ss.mu.Lock()
+	// (pending falls under wmu, after the ReadyForQuery is written:
+	// copyToClient.)
+	busy := ss.mu.pending > 0 || ss.mu.unsynced
+	ss.mu.Unlock()
+	if busy {
+		ss.params.token = ps
+		return
+	}
+	ss.params.token = nil
+	buf, err := ps.Encode(nil)
+	if err != nil {
+		return
+	}
+	if _, err := ss.out().Write(buf); err != nil {
+		return // the client is gone; its session sees it too
+	}
+	ss.flushOut()
 }
 
 // positionReader is the route's WAL position reader, or nil.

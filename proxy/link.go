@@ -977,7 +977,15 @@ func (ss *session) markAnswered(l *link) {
 func (ss *session) copyToClient(l *link, h wire.Header, body []byte, preread bool, sawFatal *bool) (_ []byte, closeNow bool, werr, err error) {
 	srv := l.conn
 	ss.wmu.Lock()
-	werr = wire.WriteHeader(ss.out(), h)
+	if h.Type == 'Z' && ss.params.token != nil {
+		// (Under the same wmu as the ReadyForQuery: tellToken.)
+		buf, _ := ss.params.token.Encode(nil)
+		ss.params.token = nil
+		_, werr = ss.out().Write(buf)
+	}
+	if werr == nil {
+		werr = wire.WriteHeader(ss.out(), h)
+	}
 	switch {
 	case werr != nil:
 	case h.Type == '1' || h.Type == '3':

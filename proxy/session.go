@@ -155,6 +155,9 @@ type clientParams struct {
 	// resetHeld: ParameterStatus of a batch with a RESET, sent at its
 	// ReadyForQuery (reportResets). Under wmu.
 	resetHeld []pgproto3.ParameterStatus
+	// token: the session's new token (pg_kinetic.write_lsn), held for the
+	// ReadyForQuery that ends the unit in flight (tellToken). Under wmu.
+	token *pgproto3.ParameterStatus
 }
 
 // injection is what the proxy needs to know of the client's batch when it
@@ -446,12 +449,16 @@ type session struct {
 func (ss *session) send(msgs ...wire.Encoder) error {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
-	if len(ss.params.undone) > 0 {
+	if len(ss.params.undone) > 0 || ss.params.token != nil {
 		if i := slices.IndexFunc(msgs, func(m wire.Encoder) bool { _, ok := m.(*pgproto3.ReadyForQuery); return ok }); i >= 0 {
 			// Where the server would have sent them: before the
 			// ReadyForQuery that ends the failed batch.
 			ps := ss.unreportedLocked(ss.params.undone)
 			ss.params.undone = nil
+			if ss.params.token != nil {
+				ps = append(ps, ss.params.token)
+				ss.params.token = nil
+			}
 			msgs = slices.Concat(msgs[:i:i], ps, msgs[i:])
 		}
 	}
