@@ -10,7 +10,7 @@ import "github.com/pg-kinetic/pg-kinetic/health"
 //
 //   - known = false: nothing can be said (t is not from an earlier
 //     timeline, h is nil or not the current timeline's, or t's timeline is
-//     not in its lineage); the caller keeps t, and Eligible sends reads
+//     not in its lineage and its own history is not known); the caller keeps t, and Eligible sends reads
 //     needing it to the primary (timeline_changed).
 //   - known, not lost: the same position on the current timeline.
 //   - known, lost: t lies beyond the switch point — the write it names was
@@ -25,13 +25,27 @@ import "github.com/pg-kinetic/pg-kinetic/health"
 //	Carry(1:0/5000001) = 2:0/5000000, known, lost, switch point 0/5000000
 //	Carry(2:0/6000000) = unknown (already current)
 //	Carry(3:0/1)       = unknown (a later timeline)
+//
+// A token of a timeline that forked off the current lineage (timeline 2
+// left timeline 1 at 0/5000000, timeline 3 left timeline 1 at 0/4000000:
+// a standby that never followed timeline 2 was promoted) is judged by
+// what the two timelines share, when timeline 2's history is known
+// (TimelineHistory.Fork):
+//
+//	Carry(2:0/3000000) = 3:0/3000000, known
+//	Carry(2:0/6000000) = 3:0/4000000, known, lost, switch point 0/4000000
 func Carry(t Token, current uint32, h *health.TimelineHistory) (carried Token, known, lost bool, switchPoint LSN) {
 	if t.Timeline == 0 || current == 0 || t.Timeline >= current || h == nil || h.Timeline != current {
 		return t, false, false, 0
 	}
 	sp, ok := h.SwitchPoint(t.Timeline)
 	if !ok {
-		return t, false, false, 0
+		// t's timeline forked off the current lineage (the standby
+		// promoted never followed it): what the two share is known
+		// when t's timeline's history is.
+		if sp, ok = h.Fork(t.Timeline); !ok {
+			return t, false, false, 0
+		}
 	}
 	if t.LSN <= LSN(sp) {
 		return Token{Timeline: current, LSN: t.LSN}, true, false, LSN(sp)

@@ -99,6 +99,12 @@ type PGProber struct {
 	// identifier -> the highest timeline a primary of it was probed on.
 	replayTL  map[string]replayTimeline
 	primaryTL map[string]uint32
+	// lineages: system identifier -> timeline -> the history a primary
+	// of it reported (Probe): a primary's verdict carries the others
+	// (TimelineHistory.WithOthers), so that a token of a timeline the
+	// promoted standby never followed is judged (freshness.Carry). Each
+	// inner map is replaced, never modified, when it grows.
+	lineages map[string]map[uint32]*TimelineHistory
 }
 
 // pendingDial is a connection being made in the background. When it ends
@@ -194,10 +200,47 @@ func (p *PGProber) Probe(ctx context.Context, addr string) (Verdict, error) {
 	p.mu.Lock()
 	if v.Detected == RolePrimary {
 		p.primaryTL[v.SystemID] = max(p.primaryTL[v.SystemID], v.Timeline)
+		if v.History != nil {
+			v.History = p.lineageLocked(addr, v.SystemID, v.History)
+		}
 	}
 	p.replayTL[addr], v.Timeline = p.replayTL[addr].observe(v, fallback, id, p.primaryTL[v.SystemID], now)
 	p.mu.Unlock()
 	return v, nil
+}
+
+// lineageLocked records h, a primary's history, among its system's and
+// returns it knowing the others (WithOthers); the copy is cached with the
+// server's history until another timeline's history is seen. p.mu is
+// held.
+func (p *PGProber) lineageLocked(addr, sysID string, h *TimelineHistory) *TimelineHistory {
+	known := p.lineages[sysID]
+	if _, ok := known[h.Timeline]; !ok {
+		grown := make(map[uint32]*TimelineHistory, len(known)+1)
+		for tl, o := range known {
+			grown[tl] = o
+		}
+		grown[h.Timeline] = h
+		if p.lineages == nil {
+			p.lineages = map[string]map[uint32]*TimelineHistory{}
+		}
+		p.lineages[sysID], known = grown, grown
+	}
+	others := 0
+	for tl := range known {
+		if tl < h.Timeline {
+			others++
+		}
+	}
+	if h.Others() == others {
+		return h
+	}
+	h = h.WithOthers(known)
+	if c, ok := p.hist[addr]; ok && c.timeline == h.Timeline {
+		c.h = h
+		p.hist[addr] = c
+	}
+	return h
 }
 
 // historyViaReplication asks the server at addr for timeline tl's

@@ -20,6 +20,62 @@ type TimelineHistory struct {
 	Timeline uint32
 	// ends maps each ancestor timeline to its switch point (in bytes).
 	ends map[uint32]uint64
+	// others are the histories of earlier timelines of the same system
+	// that were seen (WithOthers), by timeline: a timeline that is not
+	// an ancestor of this one forked off its lineage (Fork).
+	others map[uint32]*TimelineHistory
+}
+
+// WithOthers returns h knowing the histories others (of the same system;
+// h's own timeline and later ones are left out): a copy, h stays as it
+// is. others is not modified afterwards.
+func (h *TimelineHistory) WithOthers(others map[uint32]*TimelineHistory) *TimelineHistory {
+	c := *h
+	c.others = make(map[uint32]*TimelineHistory, len(others))
+	for tl, o := range others {
+		if tl < h.Timeline && o != nil {
+			c.others[tl] = &TimelineHistory{Timeline: o.Timeline, ends: o.ends} // (without theirs)
+		}
+	}
+	return &c
+}
+
+// Others reports how many other timelines' histories h knows.
+func (h *TimelineHistory) Others() int {
+	if h == nil {
+		return 0
+	}
+	return len(h.others)
+}
+
+// Fork answers, for an earlier timeline tl that is not an ancestor of
+// h.Timeline but whose history h knows (WithOthers), how much of tl's WAL
+// h.Timeline shares: up to end (in bytes), where the first of the two
+// lineages left their latest common timeline. A failover to a standby
+// that never followed timeline tl (it stayed on tl's parent, then was
+// promoted) makes such a fork: everything written on tl after end is not
+// on h.Timeline. false: tl is h's ancestor, or its history is unknown.
+//
+// For example, with timeline 5 (history "4 0/9000000") and timeline 6
+// (history "4 0/8000000"), Fork(5) on 6's history is 0/8000000.
+func (h *TimelineHistory) Fork(tl uint32) (end uint64, ok bool) {
+	if h == nil {
+		return 0, false
+	}
+	if _, anc := h.ends[tl]; anc {
+		return 0, false
+	}
+	o := h.others[tl]
+	if o == nil {
+		return 0, false
+	}
+	var common uint32
+	for a, left := range o.ends {
+		if mine, shared := h.ends[a]; shared && a >= common {
+			common, end = a, min(left, mine)
+		}
+	}
+	return end, common != 0
 }
 
 // SwitchPoint returns where timeline tl was left on the way to

@@ -463,11 +463,11 @@ func planLostWrite(f unitFacts, p *unitPlan) bool {
 	return false
 }
 
-// lostWriteError is the KN002 for token tok beyond sp, where its timeline
-// ended, the primary now being on timeline primary (SPEC §7).
+// lostWriteError is the KN002 for token tok beyond sp, the last position
+// of its timeline the primary's timeline primary shares (SPEC §7).
 func lostWriteError(tok freshness.Token, sp freshness.LSN, primary uint32) *pgproto3.ErrorResponse {
 	return withDetail(errorf(codeLostWrite, "pg-kinetic: this session's last write was lost in a failover"),
-		fmt.Sprintf("token %s lies beyond %s, where timeline %d ended; the primary is on timeline %d",
+		fmt.Sprintf("token %s lies beyond %s, the last position of timeline %d that the primary's timeline %d shares",
 			tok, sp, tok.Timeline, primary))
 }
 
