@@ -172,8 +172,8 @@ func (ss *session) applyPosition(kind byte, tok freshness.Token, ok bool, clears
 }
 
 // tellToken tells the client its new token: at once when no unit is in
-// flight (the client has its ReadyForQuery and the proxy has sent the
-// server nothing since), else just before the ReadyForQuery that ends the
+// flight (the last message the client got is a ReadyForQuery and the
+// proxy has sent the server nothing since), else just before the ReadyForQuery that ends the
 // unit in flight (copyToClient, send), as PostgreSQL reports a parameter
 // only before a ReadyForQuery. A client in a COPY FROM STDIN reads its
 // messages until the ReadyForQuery in a loop of its own, and lib/pq's
@@ -185,7 +185,7 @@ func (ss *session) tellToken(ps *pgproto3.ParameterStatus) {
 	ss.mu.Lock()
 	// (pending falls under wmu, after the ReadyForQuery is written:
 	// copyToClient.)
-	busy := ss.mu.pending > 0 || ss.mu.unsynced
+	busy := ss.mu.pending > 0 || ss.mu.unsynced || !ss.params.afterReady
 	ss.mu.Unlock()
 	if busy {
 		ss.params.token = ps

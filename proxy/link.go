@@ -1051,6 +1051,7 @@ func (ss *session) copyToClient(l *link, h wire.Header, body []byte, preread boo
 			}
 		}
 	}
+	ss.wroteLocked(h.Type)
 	if werr == nil && err == nil && srv.R.Buffered() == 0 {
 		werr = ss.flushOut()
 	}
@@ -1372,6 +1373,7 @@ func (ss *session) relayHeld(l *link) error {
 	ss.mu.Unlock()
 	ss.wmu.Lock()
 	_, err := ss.out().Write(l.held)
+	ss.wroteLocked(l.held[0]) // (preambles: isPreamble)
 	ss.wmu.Unlock()
 	l.held = l.held[:0]
 	return err
@@ -1381,6 +1383,7 @@ func (ss *session) relayHeld(l *link) error {
 func (ss *session) relay(h wire.Header, body []byte) error {
 	ss.wmu.Lock()
 	defer ss.wmu.Unlock()
+	ss.wroteLocked(h.Type)
 	if err := wire.WriteHeader(ss.out(), h); err != nil {
 		return err
 	}
@@ -1669,6 +1672,7 @@ func (ss *session) answerLostLocked(l *link) (closeNow bool) {
 			e = unknown
 		}
 		ss.enc, _ = wire.Append(ss.enc[:0], e, &pgproto3.ReadyForQuery{TxStatus: fate.status})
+		ss.wroteLocked('Z')
 		if _, err := ss.out().Write(ss.enc); err != nil {
 			ss.conn.Close() // the client is gone: the session goroutine sees it
 			return false
@@ -1707,6 +1711,7 @@ func (ss *session) answerLostClosesLocked(l *link, n int) bool {
 		ss.enc, _ = wire.Append(ss.enc, &pgproto3.CloseComplete{})
 	}
 	ss.enc, _ = wire.Append(ss.enc, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+	ss.wroteLocked('Z')
 	if _, err := ss.out().Write(ss.enc); err != nil {
 		ss.conn.Close() // the client is gone: the session goroutine sees it
 		return false

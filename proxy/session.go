@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/x509"
+	"encoding/binary"
 	"hash/maphash"
 	"net"
 	"slices"
@@ -158,6 +159,22 @@ type clientParams struct {
 	// token: the session's new token (pg_kinetic.write_lsn), held for the
 	// ReadyForQuery that ends the unit in flight (tellToken). Under wmu.
 	token *pgproto3.ParameterStatus
+	// afterReady: the last message written to the client (a
+	// ParameterStatus, notice or notification aside) is a ReadyForQuery:
+	// the client is between units (tellToken). Under wmu.
+	afterReady bool
+}
+
+// wroteLocked notes a message of type typ written to the client
+// (clientParams.afterReady). Callers hold wmu.
+func (ss *session) wroteLocked(typ byte) {
+	switch typ {
+	case 'Z':
+		ss.params.afterReady = true
+	case 'S', 'N', 'A':
+	default:
+		ss.params.afterReady = false
+	}
 }
 
 // injection is what the proxy needs to know of the client's batch when it
@@ -466,6 +483,10 @@ func (ss *session) send(msgs ...wire.Encoder) error {
 	ss.enc, err = wire.Append(ss.enc[:0], msgs...)
 	if err != nil {
 		return err
+	}
+	for b := ss.enc; len(b) >= 5; {
+		ss.wroteLocked(b[0])
+		b = b[1+int(binary.BigEndian.Uint32(b[1:5])):]
 	}
 	if _, err := ss.out().Write(ss.enc); err != nil {
 		return err
