@@ -39,21 +39,13 @@ func TestParseTimelineHistory(t *testing.T) {
 // where the first of the two lineages left their latest common timeline,
 // when its history is known.
 func TestTimelineFork(t *testing.T) {
-	parse := func(tl uint32, text string) *TimelineHistory {
-		t.Helper()
-		h, err := ParseTimelineHistory(tl, text)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
 	// 1 -> 2 at 0/3000000; 2 -> 3 at 0/5000000, 3 -> 5 at 0/9000000;
 	// and 6 forked off 3 at 0/8000000 (its standby never followed 5);
 	// 4 forked off 2 at 0/6000000.
-	h3 := parse(3, "1\t0/2000000\tr\n2\t0/5000000\tr\n")
-	h4 := parse(4, "1\t0/2000000\tr\n2\t0/6000000\tr\n")
-	h5 := parse(5, "1\t0/2000000\tr\n2\t0/5000000\tr\n3\t0/9000000\tr\n")
-	h6 := parse(6, "1\t0/2000000\tr\n2\t0/5000000\tr\n3\t0/8000000\tr\n")
+	h3 := mustHistory(t, 3, "1\t0/2000000\tr\n2\t0/5000000\tr\n")
+	h4 := mustHistory(t, 4, "1\t0/2000000\tr\n2\t0/6000000\tr\n")
+	h5 := mustHistory(t, 5, "1\t0/2000000\tr\n2\t0/5000000\tr\n3\t0/9000000\tr\n")
+	h6 := mustHistory(t, 6, "1\t0/2000000\tr\n2\t0/5000000\tr\n3\t0/8000000\tr\n")
 	all := map[uint32]*TimelineHistory{3: h3, 4: h4, 5: h5, 6: h6}
 	k6 := h6.WithOthers(all)
 	if k6.Others() != 3 || h6.Others() != 0 {
@@ -83,17 +75,9 @@ func TestTimelineFork(t *testing.T) {
 // system's earlier primaries reported, and the copy is cached until
 // another timeline's is seen.
 func TestProberLineage(t *testing.T) {
-	parse := func(tl uint32, text string) *TimelineHistory {
-		t.Helper()
-		h, err := ParseTimelineHistory(tl, text)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
 	p := &PGProber{hist: map[string]cachedHistory{}}
-	h5 := parse(5, "4\t0/9000000\tr\n")
-	h6 := parse(6, "4\t0/8000000\tr\n")
+	h5 := mustHistory(t, 5, "4\t0/9000000\tr\n")
+	h6 := mustHistory(t, 6, "4\t0/8000000\tr\n")
 	p.hist["a:1"] = cachedHistory{timeline: 5, h: h5}
 	if got := p.lineageLocked("a:1", "sys", h5); got.Others() != 0 {
 		t.Fatalf("the first history knows %d others", got.Others())
@@ -109,7 +93,17 @@ func TestProberLineage(t *testing.T) {
 	if again := p.lineageLocked("b:1", "sys", got); again != got {
 		t.Fatal("a second probe made another copy")
 	}
-	if other := p.lineageLocked("c:1", "other", parse(6, "4\t0/1000000\tr\n")); other.Others() != 0 {
+	if other := p.lineageLocked("c:1", "other", mustHistory(t, 6, "4\t0/1000000\tr\n")); other.Others() != 0 {
 		t.Fatalf("another system's history knows %d others", other.Others())
 	}
+}
+
+// mustHistory parses timeline tl's history text or fails the test.
+func mustHistory(t *testing.T, tl uint32, text string) *TimelineHistory {
+	t.Helper()
+	h, err := ParseTimelineHistory(tl, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }

@@ -27,13 +27,7 @@ import (
 func TestFailoverForkedTimelineReportsLostWrite(t *testing.T) {
 	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
 	ctx := ctxT(t, 120*time.Second)
-	su := connect(t, ctx, cl.Primary.DSN(pgtest.SuperUser, "", pgtest.AppDB))
-	for _, q := range []string{"GRANT pg_read_all_stats TO " + pgtest.AppUser, "GRANT EXECUTE ON FUNCTION pg_read_file(text) TO " + pgtest.AppUser} {
-		if _, err := su.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	su.Close(ctx)
+	grantProbe(t, ctx, cl, "GRANT EXECUTE ON FUNCTION pg_read_file(text) TO "+pgtest.AppUser)
 	tbl := chaosTable(t, ctx, cl)
 	first, second, third := cl.Primary, cl.Standbys[0], cl.Standbys[1]
 	dsn := chaosProxy(t, cl, kinetictest.Params{Primary: first.Addr(), Replicas: addrs(second, third)}, "")

@@ -297,13 +297,7 @@ func TestFailoverTokensAcrossTimelines(t *testing.T) {
 func failoverTokens(t *testing.T, grant string) {
 	cl := pgtest.New(t, pgtest.Options{Standbys: 2})
 	ctx := ctxT(t, 120*time.Second)
-	su := connect(t, ctx, cl.Primary.DSN(pgtest.SuperUser, "", pgtest.AppDB))
-	for _, q := range []string{"GRANT pg_read_all_stats TO " + pgtest.AppUser, grant} {
-		if _, err := su.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	su.Close(ctx)
+	grantProbe(t, ctx, cl, grant)
 	tbl := chaosTable(t, ctx, cl)
 	old, promoted, follower := cl.Primary, cl.Standbys[0], cl.Standbys[1]
 	dsn := chaosProxy(t, cl, kinetictest.Params{Primary: old.Addr(), Replicas: addrs(promoted, follower)}, "")
@@ -380,6 +374,20 @@ func failoverTokens(t *testing.T, grant string) {
 	})
 	if _, _, err := rowAt(ctx, kept, tbl, 1); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// grantProbe lets the probe user (the app role) read standbys' WAL
+// receivers (pg_read_all_stats) and, with grant, the primary's timeline
+// history.
+func grantProbe(t *testing.T, ctx context.Context, cl *pgtest.Cluster, grant string) {
+	t.Helper()
+	su := connect(t, ctx, cl.Primary.DSN(pgtest.SuperUser, "", pgtest.AppDB))
+	defer su.Close(ctx)
+	for _, q := range []string{"GRANT pg_read_all_stats TO " + pgtest.AppUser, grant} {
+		if _, err := su.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
