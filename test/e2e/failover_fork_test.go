@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pg-kinetic/pg-kinetic/test/kinetictest"
 	"github.com/pg-kinetic/pg-kinetic/test/pgtest"
 )
@@ -79,23 +82,7 @@ func TestFailoverForkedTimelineReportsLostWrite(t *testing.T) {
 	}
 	awaitWritesOn(t, ctx, dsn, third)
 
-	_, _, err = rowAt(ctx, lost, tbl, 1)
-	awaitCond(t, 10*time.Second, "the lost write to be reported", func() (bool, error) {
-		if pgCode(err) == "KN002" {
-			return true, nil
-		}
-		if err != nil && pgCode(err) != "" {
-			return false, err
-		}
-		var p int
-		var n int64
-		p, n, err = rowAt(ctx, lost, tbl, 1)
-		if err == nil && p == third.Port && n == 0 {
-			t.Logf("a read on the new primary found no row, with no error")
-		}
-		return false, nil
-	})
-	pe := asPgError(err)
+	pe := awaitLostWrite(t, ctx, lost, tbl, 1)
 	if !strings.Contains(pe.Detail, token) {
 		t.Fatalf("KN002 = %q / %q; want the token %s in DETAIL", pe.Message, pe.Detail, token)
 	}
@@ -122,7 +109,31 @@ func awaitWritesOn(t *testing.T, ctx context.Context, dsn string, s *pgtest.Serv
 	awaitCond(t, 15*time.Second, "writes to reach "+s.Name, func() (bool, error) {
 		w := connect(t, ctx, dsn)
 		defer w.Close(ctx)
-		p, _ := readPort(ctx, w, "select inet_server_port() from (select pg_current_wal_lsn()) x")
-		return p == s.Port, nil
+		p, err := readPort(ctx, w, "select inet_server_port() from (select pg_current_wal_lsn()) x")
+		return p == s.Port, err
 	})
+}
+
+// awaitLostWrite reads row id of tbl through c until the read fails with
+// KN002 (until the primary's history is read, the primary answers it)
+// and returns that error; another SQLSTATE fails the wait.
+func awaitLostWrite(t *testing.T, ctx context.Context, c *pgx.Conn, tbl string, id int) *pgconn.PgError {
+	t.Helper()
+	_, _, err := rowAt(ctx, c, tbl, id)
+	awaitCond(t, 10*time.Second, "the lost write to be reported", func() (bool, error) {
+		if pgCode(err) == "KN002" {
+			return true, nil
+		}
+		if err != nil && pgCode(err) != "" {
+			return false, err
+		}
+		var p int
+		var n int64
+		p, n, err = rowAt(ctx, c, tbl, id)
+		if err == nil && n == 0 {
+			t.Logf("a read on %d found no row, with no error", p)
+		}
+		return false, nil
+	})
+	return asPgError(err)
 }

@@ -334,26 +334,10 @@ func failoverTokens(t *testing.T, grant string) {
 	}
 	// The proxy has elected the promoted server and read its history once
 	// a write through it lands there.
-	awaitCond(t, 10*time.Second, "writes to reach the promoted server", func() (bool, error) {
-		w := connect(t, ctx, dsn)
-		defer w.Close(ctx)
-		p, err := readPort(ctx, w, "select inet_server_port() from (select pg_current_wal_lsn()) x")
-		return p == promoted.Port, err
-	})
+	awaitWritesOn(t, ctx, dsn, promoted)
 
 	// The lost write: KN002 once, then reads go on without it.
-	_, _, err = rowAt(ctx, lost, tbl, 2)
-	awaitCond(t, 10*time.Second, "the lost write to be reported", func() (bool, error) {
-		if pgCode(err) == "KN002" {
-			return true, nil
-		}
-		if err != nil && pgCode(err) != "" {
-			return false, err
-		}
-		_, _, err = rowAt(ctx, lost, tbl, 2) // no history read yet: the primary answered
-		return false, nil
-	})
-	pe := asPgError(err)
+	pe := awaitLostWrite(t, ctx, lost, tbl, 2)
 	if !strings.Contains(pe.Message, "this session's last write was lost in a failover") || !strings.Contains(pe.Detail, lostToken) {
 		t.Fatalf("KN002 = %q / %q; want the message and the token %s in DETAIL", pe.Message, pe.Detail, lostToken)
 	}
