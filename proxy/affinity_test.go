@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -176,5 +177,68 @@ func TestObservedReplayPerRun(t *testing.T) {
 	s.observe(a, freshness.Token{Timeline: 1, LSN: 900}, time.Time{})
 	if c := s.candidatesFrom(rt, snapAt(time.Time{}), freshness.Requirement{Floor: freshness.Token{Timeline: 1, LSN: 700}, VerdictTTL: time.Minute}); c[0].eligible {
 		t.Fatalf("a position of an unknown run was used: %+v", c[0])
+	}
+}
+
+// judgeLocked, which both decideLocked and waitForReplica judge the
+// replicas by, holds a read to the floor as it stands, not the plan's
+// (a bound since raised it), keeps a read to the replica it read from
+// while that read is unbounded, and leaves out the replicas the unit
+// tried. A replica eligible for the plan's requirement alone ended the
+// wait of fallback_policy "wait" at once, and the read then fell back to
+// the primary without having waited.
+func TestJudgeAsDecided(t *testing.T) {
+	const a, b = "a:5432", "b:5432"
+	rt := &config.Route{Name: "main", Replicas: []config.Endpoint{{Address: a, Weight: 1}, {Address: b, Weight: 1}}}
+	rt.Freshness.FreshnessPolicy = config.FreshnessSessionWriteLSN
+	started := time.Unix(1764547200, 0)
+	readAt := time.Now()
+	standby := func(addr string, probed time.Time, replay uint64) health.Verdict {
+		v := health.Verdict{ProbedAt: probed, Reachable: true, Detected: health.RoleStandby, Timeline: 1,
+			ReplayLSN: replay, StartedAt: started}
+		v.Addr, v.Configured = addr, health.RoleStandby
+		return v
+	}
+	u := unitInfo{read: true}
+	req := freshness.Requirement{Floor: freshness.Token{Timeline: 1, LSN: 500}, PrimaryTimeline: 1, VerdictTTL: time.Minute}
+	eligible := func(cands []candidate) (out []string) {
+		for _, c := range cands {
+			if c.eligible {
+				out = append(out, c.addr)
+			}
+		}
+		return out
+	}
+	newSession := func() *session {
+		ss := &session{log: zap.NewNop(), srv: &Server{}, route: rt}
+		ss.mu.tx = 'I'
+		return ss
+	}
+
+	ss := newSession()
+	snap := health.NewSnapshot(standby(a, readAt, 600), standby(b, readAt, 700))
+	if c, _ := ss.judgeLocked(snap, config.RoutingPreferReplica, u, nil, req); len(eligible(c)) != 2 {
+		t.Fatalf("floor 500, replays 600 and 700: eligible %v, want both", eligible(c))
+	}
+	ss.raiseFloorLocked(freshness.Token{Timeline: 1, LSN: 900}) // (boundSeenByPrimary, after the plan)
+	if c, _ := ss.judgeLocked(snap, config.RoutingPreferReplica, u, nil, req); len(eligible(c)) != 0 {
+		t.Fatalf("the floor raised to 900 since the plan: eligible %v, want none", eligible(c))
+	}
+	if c, _ := ss.judgeLocked(snap, config.RoutingPreferReplica, unitInfo{read: true, staleOK: true}, nil, req); len(eligible(c)) != 2 {
+		t.Fatalf("a stale-ok read is not held to the session's floor: eligible %v, want both", eligible(c))
+	}
+
+	ss = newSession()
+	ss.mu.fresh.seen = []seenRead{{addr: a, at: readAt, started: started}}
+	before := health.NewSnapshot(standby(a, readAt.Add(-time.Millisecond), 400), standby(b, readAt.Add(-time.Millisecond), 700))
+	if c, blocked := ss.judgeLocked(before, config.RoutingPreferReplica, u, nil, req); len(eligible(c)) != 0 || !blocked {
+		t.Fatalf("an unbounded read on a (400, behind the floor): eligible %v, blocked %v; want none, blocked", eligible(c), blocked)
+	}
+	after := health.NewSnapshot(standby(a, readAt.Add(time.Millisecond), 800), standby(b, readAt.Add(time.Millisecond), 700))
+	if c, _ := ss.judgeLocked(after, config.RoutingPreferReplica, u, nil, req); !slices.Equal(eligible(c), []string{a}) {
+		t.Fatalf("a probe of a after the read (800) bounds it, the floor rises to 800: eligible %v, want a alone", eligible(c))
+	}
+	if c, _ := ss.judgeLocked(after, config.RoutingPreferReplica, u, map[string]bool{a: true}, req); len(eligible(c)) != 0 {
+		t.Fatalf("a tried for the unit: eligible %v, want none", eligible(c))
 	}
 }

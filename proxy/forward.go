@@ -1436,7 +1436,7 @@ func (ss *session) place(p *placement) (*link, error) {
 
 		// A read that fell back: the steps before the primary serves it
 		// (route.go: planFallback).
-		switch ss.fallBack(&p.d, p.u, &p.req, p.primaryV, &p.ff) {
+		switch ss.fallBack(&p.d, p.u, p.tried, &p.req, p.primaryV, &p.ff) {
 		case fallbackRedecide:
 			continue
 		case fallbackReplan:
@@ -1980,7 +1980,7 @@ const maxReplans = 3
 // fallBack takes the steps planFallback gives a decision d that fell back
 // from the replicas, until it is to be carried out (d may become a
 // rejection), decided again, or planned again.
-func (ss *session) fallBack(d *decision, u unitInfo, req *freshness.Requirement, primaryV health.Verdict, f *fallbackFacts) fallbackOutcome {
+func (ss *session) fallBack(d *decision, u unitInfo, tried map[string]bool, req *freshness.Requirement, primaryV health.Verdict, f *fallbackFacts) fallbackOutcome {
 	for {
 		if f.needsFloor && !f.boundTried {
 			f.seenBlocked = ss.seenBlockedNow()
@@ -2013,10 +2013,10 @@ func (ss *session) fallBack(d *decision, u unitInfo, req *freshness.Requirement,
 				// A failover may be under way: wait for a replica or
 				// for the election, then plan again against what it
 				// left.
-				ss.waitForReplica(*req, &primaryV)
+				ss.waitForReplica(u, tried, *req, &primaryV)
 				return fallbackReplan
 			}
-			if ss.waitForReplica(*req, nil) {
+			if ss.waitForReplica(u, tried, *req, nil) {
 				return fallbackRedecide
 			}
 		case fallbackPrimary:
@@ -2120,19 +2120,30 @@ func (ss *session) sessionInfoLocked() sessionInfo {
 	return s
 }
 
-func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool, req freshness.Requirement) decision {
-	snap := ss.snapshot()
+// judgeLocked judges the route's replicas for unit u as decide sees them
+// now, in routing mode mode: against req with the session's floor as it
+// stands (what a probe begun after a read there bounds is folded in
+// first), with the replicas tried for the unit taken away, and, for a read
+// that must see the session's writes, kept to the replica it read from
+// while that read is unbounded (restrictToSeenLocked; blocked: that took
+// the last eligible one away). decideLocked decides on it, and
+// waitForReplica waits for it to offer a replica. (Judged apart, the
+// wait could end at once on a replica eligible only for the plan's older
+// floor, or on one the read may not leave its replica for, and the read
+// then fell back to the primary without having waited.) The list is the
+// session's scratch. Callers hold ss.mu.
+func (ss *session) judgeLocked(snap *health.Snapshot, mode string, u unitInfo, tried map[string]bool, req freshness.Requirement) (cands []candidate, blocked bool) {
 	floor := ss.needsFloor(u)
 	if floor {
 		ss.boundSeenLocked(snap)
 		// The floor as it stands now, not only as the unit was planned
 		// with: a bound applied since (by this call, by an earlier
 		// decision of the same unit that found its replica refusing,
-		// by refreshReplicas) forgot the reads it bounded, so the
-		// requirement must carry it or those reads are unprotected.
-		// (A floor on another timeline than the plan's was judged by
-		// the plan: planUnit carries an old timeline's position onto
-		// the primary's.)
+		// by refreshReplicas, by boundSeenByPrimary) forgot the reads it
+		// bounded, so the requirement must carry it or those reads are
+		// unprotected. (A floor on another timeline than the plan's was
+		// judged by the plan: planUnit carries an old timeline's position
+		// onto the primary's.)
 		tl := req.Floor.Timeline
 		if tl == 0 {
 			tl = req.PrimaryTimeline // (a bare token: the current timeline)
@@ -2141,8 +2152,7 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 			req.Floor = f
 		}
 	}
-	var cands []candidate
-	if s.mode != config.RoutingOff && s.mode != "" {
+	if mode != config.RoutingOff && mode != "" {
 		// (With routing off decide looks at none: judging every replica
 		// for every unit was 2% of an unrouted session's CPU.)
 		cands = ss.srv.appendCandidates(ss.mu.scratch.cands[:0], ss.route, snap, req)
@@ -2153,9 +2163,19 @@ func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool
 			cands[i].eligible, cands[i].reason = false, reasonReplicaUnavailable
 		}
 	}
-	ss.mu.fresh.seenBlocked = false
 	if floor {
-		ss.mu.fresh.seenBlocked = ss.restrictToSeenLocked(cands, snap)
+		blocked = ss.restrictToSeenLocked(cands, snap)
+	}
+	return cands, blocked
+}
+
+// decideLocked decides where unit u goes on the replicas as judgeLocked
+// finds them. Callers hold ss.mu.
+func (ss *session) decideLocked(s sessionInfo, u unitInfo, tried map[string]bool, req freshness.Requirement) decision {
+	cands, blocked := ss.judgeLocked(ss.snapshot(), s.mode, u, tried, req)
+	ss.mu.fresh.seenBlocked = blocked
+	floor := ss.needsFloor(u)
+	if floor {
 		s.affine = ss.mu.fresh.affine
 		if ss.srv != nil {
 			s.balance = &ss.srv.affine

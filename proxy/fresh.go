@@ -504,14 +504,16 @@ func (ss *session) waitCaptures() bool {
 }
 
 // waitForReplica waits, up to the route's read_after_write_timeout_ms,
-// until some replica becomes eligible for req, hurrying the probes of the
-// replicas that are behind so fresh replay positions arrive quickly. It
-// never sleeps a fixed time: it wakes on each new health snapshot.
+// until decide would send unit u (req, the servers tried for it) to a
+// replica (judgeLocked), hurrying the probes of the replicas that are
+// behind and of those the session read from, so fresh replay positions
+// arrive quickly. It never sleeps a fixed time: it wakes on each new
+// health snapshot.
 //
 // With primary (the primary's verdict the unit was planned with) it also
 // returns, false, as soon as another primary is elected or that one is
 // seen reachable again: the unit is then planned anew.
-func (ss *session) waitForReplica(req freshness.Requirement, primary *health.Verdict) bool {
+func (ss *session) waitForReplica(u unitInfo, tried map[string]bool, req freshness.Requirement, primary *health.Verdict) bool {
 	checker := ss.runtime().checkerOf()
 	if checker == nil {
 		return false
@@ -519,14 +521,30 @@ func (ss *session) waitForReplica(req freshness.Requirement, primary *health.Ver
 	deadline := time.NewTimer(ss.route.Freshness.ReadAfterWriteTimeout())
 	defer deadline.Stop()
 	start := time.Now()
+	var hurry []string
 	for {
 		snap := checker.Snapshot()
-		for _, c := range ss.srv.candidatesFrom(ss.route, snap, req) {
+		hurry = hurry[:0]
+		ss.mu.Lock()
+		cands, _ := ss.judgeLocked(snap, ss.routingMode(), u, tried, req)
+		ready := false
+		for _, c := range cands {
 			if c.eligible && c.weight > 0 {
-				ss.srv.metrics.ReadWait(time.Since(start).Seconds())
-				return true
+				ready = true
+			} else if !tried[c.addr] {
+				hurry = append(hurry, c.addr)
 			}
-			checker.Hurry(c.addr)
+		}
+		for _, s := range ss.mu.fresh.seen {
+			hurry = append(hurry, s.addr) // (a probe begun after its read bounds it)
+		}
+		ss.mu.Unlock()
+		if ready {
+			ss.srv.metrics.ReadWait(time.Since(start).Seconds())
+			return true
+		}
+		for _, addr := range hurry {
+			checker.Hurry(addr)
 		}
 		if primary != nil && primaryChanged(*primary, snap) {
 			return false

@@ -1412,7 +1412,7 @@ func TestSerializableByDefaultReadsOnThePrimary(t *testing.T) {
 
 				c := connect(t, ctx, px.AppDSN())
 				if level, port := iso(c, "a plain session after it"); level != "read committed" || !standbys[port] {
-					t.Errorf("a plain session after a serializable one (%d): %s on %d, want read committed on a standby", i, level, port)
+					t.Errorf("a plain session after a serializable one (%d): %s on %d, want read committed on a standby (%s)", i, level, port, lastRoute(t, ctx, c))
 				}
 				if _, err := c.Exec(ctx, "set session characteristics as transaction isolation level serializable"); err != nil {
 					t.Fatal(err)
@@ -1424,7 +1424,7 @@ func TestSerializableByDefaultReadsOnThePrimary(t *testing.T) {
 					t.Fatal(err)
 				}
 				if level, port := iso(c, "after RESET"); level != "read committed" || !standbys[port] {
-					t.Errorf("after RESET default_transaction_isolation: %s on %d, want read committed on a standby", level, port)
+					t.Errorf("after RESET default_transaction_isolation: %s on %d, want read committed on a standby (%s)", level, port, lastRoute(t, ctx, c))
 				}
 				c.Close(ctx)
 			}
