@@ -35,6 +35,9 @@ const (
 	FreshnessSessionWriteLSN       = "session_write_lsn"
 	FreshnessSessionWriteLSNAndMax = "session_write_lsn_and_max_lag"
 
+	ConsistencySession = "session"
+	ConsistencyStrict  = "strict"
+
 	ClassPrimaryOnly               = "primary_only"
 	ClassReplicaIfLagOK            = "replica_if_lag_ok"
 	ClassReplicaToleratesStaleness = "replica_tolerates_staleness"
@@ -217,6 +220,12 @@ type Freshness struct {
 	// needs that it has not written yet (docs/behaviour.md, "WAL the
 	// primary has not written out").
 	FlushPrimaryWAL bool `toml:"flush_primary_wal"`
+	// ReadConsistency "strict" makes every read that is not stale-ok
+	// strict-fresh (SPEC §4): it sees every write committed before it
+	// began, whichever connection made it, for applications whose
+	// connection pool spreads one request's statements over several
+	// connections (docs/behaviour.md, "Reads across connections").
+	ReadConsistency string `toml:"read_consistency"`
 }
 
 // HA is [routes.ha]: replica health probing. VerdictTTLMS 0 means

@@ -93,6 +93,7 @@ func TestDefaultsMatchSpec(t *testing.T) {
 			MaxReplicaLagMS:         2500,
 			ReadAfterWriteTimeoutMS: 750,
 			FlushPrimaryWAL:         true,
+			ReadConsistency:         "session",
 		},
 		HA:   HA{ReplicaHealthIntervalMS: 2000, ReplicaHealthTimeoutMS: 750, FollowFailover: true},
 		Pool: Pool{Size: 20, AcquireTimeoutMS: 10000, MaxConcurrentDials: 16},

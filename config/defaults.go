@@ -29,6 +29,7 @@ const (
 	DefaultReadAfterWriteTimeoutMS    = 750
 	DefaultStickyPrimaryWindowMS      = 0
 	DefaultFlushPrimaryWAL            = true
+	DefaultReadConsistency            = ConsistencySession
 	DefaultMaxPrimaryFallbackInflight = 0
 	DefaultReplicaHealthIntervalMS    = 2000
 	DefaultReplicaHealthTimeoutMS     = 750
@@ -138,6 +139,7 @@ func DefaultRoute() Route {
 			ReadAfterWriteTimeoutMS:    DefaultReadAfterWriteTimeoutMS,
 			StickyPrimaryWindowMS:      DefaultStickyPrimaryWindowMS,
 			FlushPrimaryWAL:            DefaultFlushPrimaryWAL,
+			ReadConsistency:            DefaultReadConsistency,
 			MaxPrimaryFallbackInflight: DefaultMaxPrimaryFallbackInflight,
 		},
 		HA: HA{

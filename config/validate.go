@@ -507,6 +507,7 @@ func (v *validator) freshness(p path, f *Freshness) {
 	v.intRange(p.key("read_after_write_timeout_ms"), int64(f.ReadAfterWriteTimeoutMS), 0, maxInt)
 	v.intRange(p.key("sticky_primary_window_ms"), int64(f.StickyPrimaryWindowMS), 0, maxInt)
 	v.intRange(p.key("max_primary_fallback_inflight"), int64(f.MaxPrimaryFallbackInflight), 0, maxInt)
+	v.oneOf(p.key("read_consistency"), f.ReadConsistency, ConsistencySession, ConsistencyStrict)
 }
 
 func (v *validator) ha(p path, h *HA) {

@@ -331,7 +331,7 @@ func (ss *session) refreshReplicas(req freshness.Requirement) (changed bool) {
 	}
 	ss.mu.Unlock()
 	for _, c := range ss.srv.candidates(ss.route, req) {
-		if !c.eligible && c.reason == reasonReadYourWrites {
+		if !c.eligible && (c.reason == reasonReadYourWrites || c.reason == reasonStrictFresh) {
 			ask[c.addr] = true
 		}
 	}

@@ -181,6 +181,23 @@ func TestPlanUnit(t *testing.T) {
 				f.unit.strict, f.strictAsked, f.strictOK, f.strictPos = true, true, true, tok(1, 900)
 				return f
 			}(), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, floor: tok(1, 900), strict: true}},
+		{"§4 read_consistency strict: a plain read asks for the primary's position",
+			func() unitFacts {
+				f := known(base)
+				r := *rt
+				r.Freshness.ReadConsistency = config.ConsistencyStrict
+				f.route = &r
+				return f
+			}(), want{read: true, reason: reasonRead, need: needStrict, fallback: config.FallbackPrimary, floor: tok(1, 100)}},
+		{"§4 read_consistency strict: a stale-ok read stays stale-ok (no position asked)",
+			func() unitFacts {
+				f := base
+				f.unit.staleOK = true
+				r := *rt
+				r.Freshness.ReadConsistency = config.ConsistencyStrict
+				f.route = &r
+				return f
+			}(), want{read: true, reason: reasonRead, fallback: config.FallbackPrimary, staleOK: true}},
 		{"§4 strict, the primary's position unknown: strict_fresh",
 			func() unitFacts { f := known(base); f.unit.strict, f.strictAsked = true, true; return f }(), want{reason: reasonStrictFresh, fallback: config.FallbackPrimary, floor: tok(1, 100)}},
 		{"§5 sticky_primary_window after a write: read_your_writes, after the token rules",
@@ -279,6 +296,10 @@ func TestPlanFallback(t *testing.T) {
 		{"a write: not a fallback", decision{target: targetPrimary, reason: reasonWrite}, unitInfo{}, floor, fallbackStep{action: fallbackGo}},
 		{"hint primary: not a fallback", decision{target: targetPrimary, reason: reasonHintPrimary}, unitInfo{read: true}, floor, fallbackStep{action: fallbackGo}},
 		{"read_your_writes: refresh the replicas' positions first", ryw, unitInfo{read: true}, floor, fallbackStep{action: fallbackRefresh}},
+		{"strict_fresh: refresh the replicas' positions first (the probes predate the read's floor)", decision{target: targetPrimary, reason: reasonStrictFresh}, unitInfo{read: true, strict: true},
+			fallbackFacts{fallback: config.FallbackPrimary}, fallbackStep{action: fallbackRefresh}},
+		{"strict_fresh, refreshed: a fallback slot", decision{target: targetPrimary, reason: reasonStrictFresh}, unitInfo{read: true, strict: true},
+			fallbackFacts{fallback: config.FallbackPrimary, refreshed: true}, fallbackStep{action: fallbackPrimary, hurry: true}},
 		{"read_your_writes without a floor (max_lag policy): no refresh", ryw, unitInfo{read: true},
 			fallbackFacts{fallback: config.FallbackPrimary}, fallbackStep{action: fallbackPrimary, hurry: true}},
 		{"refreshed, only the seen replica may serve and cannot: bound with the primary", ryw, unitInfo{read: true},

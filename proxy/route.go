@@ -341,6 +341,13 @@ func planUnit(f unitFacts) unitPlan {
 			u.staleOK = true
 		}
 	}
+	if f.fresh && f.route.Freshness.ReadConsistency == config.ConsistencyStrict && (u.read || u.txStart) && !u.staleOK {
+		// read_consistency = "strict": every read that does not tolerate
+		// staleness is strict-fresh, so it sees what other connections
+		// committed before it began (docs/behaviour.md, "Reads across
+		// connections").
+		u.strict = true
+	}
 	if f.fresh && !u.read && !u.txStart && f.primaryInRecovery {
 		// The configured primary is in recovery: writes fail closed, they
 		// go neither to it nor to any replica (SPEC §5, §7).
@@ -524,10 +531,12 @@ func planFallback(d decision, u unitInfo, f fallbackFacts) fallbackStep {
 		return fallbackStep{action: fallbackGo}
 	}
 	switch {
-	case !f.refreshed && d.reason == reasonReadYourWrites && f.needsFloor:
+	case !f.refreshed && (d.reason == reasonReadYourWrites && f.needsFloor || d.reason == reasonStrictFresh):
 		// The last probe saw the replicas behind, or only the one the
 		// session read from may serve it: they are likely past the floor
-		// by now.
+		// by now. (A strict-fresh read's floor is the primary's position
+		// as it began: the probes before it are behind it whenever
+		// anything was written since.)
 		return fallbackStep{action: fallbackRefresh}
 	case !f.boundTried && f.needsFloor && f.seenBlocked:
 		// Only the replica it read from may serve it, and that one

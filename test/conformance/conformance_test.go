@@ -222,6 +222,10 @@ type driverRoute struct {
 	// and a suite that leaves clients connected needs a larger pool (as
 	// behind PgBouncer), or its next login waits for acquire_timeout_ms.
 	poolSize int
+	// consistency is [routes.freshness] read_consistency, "session" when
+	// "". A suite whose client is a pool of connections and that reads on
+	// one what it wrote on another an instant before needs "strict".
+	consistency string
 }
 
 // pgxRoute is pgx's: database pgx_test, its three roles.
@@ -257,13 +261,14 @@ read_routing_mode = %q
 fallback_policy = "primary"
 [routes.freshness]
 freshness_policy = "session_write_lsn_and_max_lag"
+read_consistency = %q
 [routes.ha]
 replica_health_interval_ms = 200
 replica_health_timeout_ms = 200
 [routes.pool]
 size = %d
 acquire_timeout_ms = 10000
-`, r.name, r.db, c.Primary.Addr(), replicaTOML.String(), tg.routing, cmp.Or(r.poolSize, 40))
+`, r.name, r.db, c.Primary.Addr(), replicaTOML.String(), tg.routing, cmp.Or(r.consistency, "session"), cmp.Or(r.poolSize, 40))
 	px := kinetictest.StartProcess(t, c, kinetictest.Params{
 		PoolMode:        tg.poolMode,
 		ReadRoutingMode: tg.routing,
