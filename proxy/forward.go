@@ -1350,6 +1350,9 @@ func (ss *session) prepareUnit(b *batch, open, oversized bool) (u unitInfo, deci
 	if u.hintErr != "" {
 		return u, nil, true, ss.failUnit(errorf(codeInvalidParameter, "%s", u.hintErr), open)
 	}
+	if e := ss.executeLoop(b); e != nil {
+		return u, nil, true, ss.failUnit(e, open)
+	}
 	ss.blockOnOldPrimary()
 	if stop, err := ss.lostBlockUnit(b, &u, decisions, open); stop || err != nil {
 		return u, nil, true, err

@@ -2153,3 +2153,94 @@ func (ss *session) bindToWrite(l *link, body []byte) []byte {
 	l.staleBinds.Store(true)
 	return staleBind(body)
 }
+
+// codeStatementTooComplex is PostgreSQL's ERRCODE_STATEMENT_TOO_COMPLEX,
+// the SQLSTATE of "stack depth limit exceeded".
+const codeStatementTooComplex = "54001"
+
+// maxExecuteChain bounds the statements executeLoop follows.
+const maxExecuteChain = 64
+
+// executeLoop checks each Describe of a named statement in batch b: when
+// the statement is EXECUTE of another that is EXECUTE of another … back to
+// one of them (a Close and a Parse again make it: b = EXECUTE a after
+// a = EXECUTE b), it returns the error the unit fails with instead of
+// being sent. PostgreSQL 15 follows such a chain without end describing
+// the statement, and its backend dies of a stack overflow (signal 11),
+// which restarts the server and ends every session on it
+// (TestTxPoolDescribeOfExecute hit it now and then; a test of its own:
+// TestExecuteLoopDescribe). Executing the statement is left to the
+// server: that recursion is bounded (54001). The batch's Parses and
+// Closes before the Describe count, as the server would apply them.
+func (ss *session) executeLoop(b *batch) *pgproto3.ErrorResponse {
+	if !slices.ContainsFunc(b.msgs, func(m batchMsg) bool {
+		if m.typ != 'D' {
+			return false
+		}
+		body := b.body(m)
+		return len(body) > 2 && body[0] == 'S' && body[1] != 0 // (a named statement)
+	}) {
+		return nil // (most batches: nothing allocated)
+	}
+	overlay := map[string]string{} // name -> query ("" closed) of the batch's own Parses and Closes so far
+	for _, m := range b.msgs {
+		switch m.typ {
+		case 'P':
+			name, rest, err := cstring(b.body(m))
+			if err != nil || name == "" {
+				continue
+			}
+			q, _, err := cstring(rest)
+			prev, seen := overlay[name]
+			_, held := ss.client.stmts[name]
+			if err == nil && (seen && prev == "" || !seen && !held) {
+				overlay[name] = q // (a name the client holds is refused, 42P05: it stays)
+			}
+		case 'C':
+			if kind, name, err := describeTarget(b.body(m)); err == nil && kind == 'S' && name != "" {
+				overlay[name] = ""
+			}
+		case 'D':
+			kind, name, err := describeTarget(b.body(m))
+			if err != nil || kind != 'S' || name == "" {
+				continue
+			}
+			if chain := ss.executeChain(name, overlay); chain != nil {
+				return withDetail(errorf(codeStatementTooComplex, "pg-kinetic: prepared statement %s executes itself: %s",
+					quoteIdent(name), strings.Join(chain, " → ")),
+					"describing a statement whose EXECUTEs loop crashes the PostgreSQL server process (a stack overflow), and every session on the server with it; close one of them and prepare it again")
+			}
+		}
+	}
+	return nil
+}
+
+// executeChain follows the EXECUTEs from statement name (the batch's own
+// Parses and Closes in overlay first, then the client's statements) and
+// returns the names up to the first one met again, nil when the chain
+// ends.
+func (ss *session) executeChain(name string, overlay map[string]string) []string {
+	query := func(n string) string {
+		if q, ok := overlay[n]; ok {
+			return q
+		}
+		return ss.client.stmts[n].query
+	}
+	var chain []string
+	for n := name; len(chain) < maxExecuteChain; {
+		q := query(n)
+		if !containsFold(q, "execute") {
+			return nil
+		}
+		d := ss.classifier.Classify(q)
+		if len(d.Statements) != 1 || d.Statements[0].Effect != classify.EffectExecute {
+			return nil
+		}
+		chain = append(chain, n)
+		n = d.Statements[0].PrepareName
+		if slices.Contains(chain, n) {
+			return append(chain, n)
+		}
+	}
+	return nil
+}
