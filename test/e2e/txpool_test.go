@@ -452,37 +452,6 @@ func TestTxPoolResetPlaceholderStaysDefined(t *testing.T) {
 func TestTxPoolDescribeOfExecute(t *testing.T) {
 	cl := pgtest.Shared(t)
 	ctx := ctxT(t, 60*time.Second)
-	// roundTrip sends msgs and a Sync, and returns what came back before
-	// ReadyForQuery.
-	roundTrip := func(t *testing.T, c *pgx.Conn, msgs ...pgproto3.FrontendMessage) []pgproto3.BackendMessage {
-		t.Helper()
-		fe := c.PgConn().Frontend()
-		for _, m := range msgs {
-			fe.Send(m)
-		}
-		fe.Send(&pgproto3.Sync{})
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		var got []pgproto3.BackendMessage
-		for {
-			m, err := fe.Receive()
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch m := m.(type) {
-			case *pgproto3.ReadyForQuery:
-				return got
-			case *pgproto3.RowDescription:
-				got = append(got, &pgproto3.RowDescription{Fields: slices.Clone(m.Fields)})
-			case *pgproto3.ErrorResponse:
-				e := *m
-				got = append(got, &e)
-			default:
-				got = append(got, m)
-			}
-		}
-	}
 	for _, routing := range []string{"off", "prefer_replica"} {
 		t.Run(routing, func(t *testing.T) {
 			px := kinetictest.Start(t, cl, kinetictest.Params{PoolMode: "transaction", PoolSize: 2, AcquireTimeout: 5000, ReadRoutingMode: routing})
