@@ -539,7 +539,8 @@
 //     not kept and a rerun of the mode passed), once 0 / 0 / 0 / 0.
 //     2026-12-08, after the wait judged as decided (judgeLocked),
 //     read_consistency and the EXECUTE-loop Describe (591b244): 1207095,
-//     3,000 a mode: 0 / 0 / 0 / 0.
+//     3,000 a mode: 0 / 0 / 0 / 0; 1207096 widened with +flushsync,
+//     1,500 a mode: 0 / 0 / 0 / 0.
 //
 // So `make test` replays the regression seeds in every mode and runs
 // 10,000 sequences (616161) in every mode: that run passed in every mode
