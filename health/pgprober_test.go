@@ -151,7 +151,13 @@ func TestPGProberStandbyStopsAndStarts(t *testing.T) {
 	ch := startChecker(t, c, 50*time.Millisecond, 200*time.Millisecond)
 	verdict := func(s *health.Snapshot) health.Verdict { v, _ := s.Get(st.Addr()); return v }
 
-	up := verdict(waitFor(t, ch, "standby reachable", func(s *health.Snapshot) bool { return verdict(s).Reachable }))
+	// Both first: the primary's verdict after the standby's outage is
+	// compared with its verdict before (a CI run under load stopped the
+	// standby before the primary's first probe had answered).
+	up := verdict(waitFor(t, ch, "standby and primary reachable", func(s *health.Snapshot) bool {
+		p, _ := s.Get(c.Primary.Addr())
+		return verdict(s).Reachable && p.Reachable
+	}))
 	if up.Detected != health.RoleStandby {
 		t.Fatalf("standby detected as %v", up.Detected)
 	}
