@@ -33,7 +33,7 @@ func txProxy(t *testing.T, cl *pgtest.Cluster, size int) *kinetictest.Proxy {
 // session pooling would refuse the third client (TestPoolFullGets53300).
 func TestTxPoolManyClientsFewServers(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := txProxy(t, cl, 2) // (stopped when t ends)
+	px := txProxy(t, cl, 2)
 	ctx := ctxT(t, 60*time.Second)
 	app := uniqueIdent("txshare")
 	var conns []*pgx.Conn
@@ -219,7 +219,7 @@ func TestTxPoolPreparedStatements(t *testing.T) {
 // (PgBouncer 1.18 fails this with "prepared statement does not exist").
 func TestTxPoolPgbenchPrepared(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := txProxy(t, cl, 2) // (stopped when t ends)
+	px := txProxy(t, cl, 2)
 	ctx := ctxT(t, 2*time.Minute)
 	tbl := uniqueIdent("txbench")
 	setup := connect(t, ctx, px.AppDSN())
@@ -249,7 +249,7 @@ func TestTxPoolPgbenchPrepared(t *testing.T) {
 // share the rest of the pool.
 func TestTxPoolPinnedSessionKeepsItsServer(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := txProxy(t, cl, 2) // (stopped when t ends)
+	px := txProxy(t, cl, 2)
 	ctx := ctxT(t, 30*time.Second)
 	pinned := connect(t, ctx, px.AppDSN())
 	others := []*pgx.Conn{connect(t, ctx, px.AppDSN()), connect(t, ctx, px.AppDSN())}
@@ -583,7 +583,7 @@ func TestTxPoolReplayOfOneBadSettingKeepsTheOthers(t *testing.T) {
 // still reaches the query (TestCancelByContext runs in both modes).
 func TestTxPoolClientPIDIsNotAServer(t *testing.T) {
 	cl := pgtest.Shared(t)
-	px := txProxy(t, cl, 2) // (stopped when t ends)
+	px := txProxy(t, cl, 2)
 	ctx := ctxT(t, 30*time.Second)
 	c := connect(t, ctx, px.AppDSN())
 	pid := c.PgConn().PID()
